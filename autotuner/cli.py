@@ -1,0 +1,299 @@
+"""The `autotuner` command: tune, demo, resume, export, jobs, doctor, models."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from autotuner import catalog, hardware
+from autotuner.errors import AutotunerError
+from autotuner.export import to_overrides, to_yaml
+from autotuner.jobs import JobContext, execute, runner_id, take_over
+from autotuner.records import TrialRecord, records
+from autotuner.settings import get_settings
+from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
+from autotuner.study import RunHooks, open_study
+from autotuner.summary import THROUGHPUT, JobSummary, best, front
+from storage import JobRecord, StorageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Find the fastest verl RL-training config by measuring real trials.")
+console = Console()
+err = Console(stderr=True)
+
+OutDir = Annotated[Path, typer.Option("--out", "-o", help="Where the chosen config is written.")]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(code)
+
+
+def _context() -> JobContext:
+    try:
+        return JobContext.open(get_settings())
+    except (StorageError, ValueError) as exc:
+        _fail(str(exc))
+        raise  # unreachable
+
+
+class _ProgressHooks(RunHooks):
+    """Progress bar with ETA; one line per finished trial."""
+
+    def __init__(self, progress: Progress, task: int, total: int, already: int) -> None:
+        super().__init__(on_record=self._record, on_start=self._start)
+        self.progress, self.task, self.total = progress, task, total
+        self.started = time.monotonic()
+        self.done = already
+        self.fresh = 0
+        progress.update(task, completed=already)
+
+    def _start(self, number: int, trial_id: str) -> None:
+        self.progress.update(self.task, description=f"trial {number} running")
+
+    def _record(self, rec: TrialRecord) -> None:
+        if not rec.measured:
+            return
+        self.done += 1
+        self.fresh += 1
+        per_trial = (time.monotonic() - self.started) / self.fresh
+        eta = per_trial * max(self.total - self.done, 0)
+        self.progress.update(self.task, completed=self.done,
+                             description=f"ETA {eta / 60:.1f} min")
+        self.progress.console.print(_trial_line(rec))
+
+
+def _trial_line(rec: TrialRecord) -> str:
+    if rec.status == "ok":
+        return (f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
+                f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB")
+    return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}"
+
+
+def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -> Table:
+    table = Table(title=f"Pareto front ({len(summary.pareto)} of {len(recs)} trials)")
+    for col in ("trial", "tok/s/GPU", "peak GiB", "step s", "rollout gen tok/s", "knobs"):
+        table.add_column(col, justify="right" if col != "knobs" else "left")
+    by_number = {r.number: r for r in recs}
+    for number in summary.pareto:
+        r = by_number[number]
+        mark = " *" if number == summary.best else ""
+        knobs = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(r.config.items())
+                          if not k.endswith("max_model_len"))
+        table.add_row(f"{number}{mark}", f"{r.metric(THROUGHPUT) or 0:.1f}",
+                      f"{r.metric('peak_memory_gib') or 0:.2f}", f"{r.metric('step_time_s') or 0:.2f}",
+                      f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}", knobs)
+    return table
+
+
+def _write_configs(spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    header = {"job": job.name, "job_id": job.id, "trial": rec.number, "metrics": rec.metrics,
+              "device": rec.device}
+    stem = out / f"{job.name}-trial{rec.number}"
+    yaml_path, overrides_path = stem.with_suffix(".yaml"), stem.with_suffix(".overrides")
+    yaml_path.write_text(to_yaml(rec.config, spec, header))
+    overrides_path.write_text(to_overrides(rec.config, spec, header))
+    return [yaml_path, overrides_path]
+
+
+def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
+    console.print(f"job [bold]{job.id}[/] ({spec.name}): up to {spec.budget.max_trials} trials, "
+                  f"database {ctx.database.masked_url}")
+    study = open_study(spec, job.study_name, ctx.settings.resolved_database_url)
+    already = sum(1 for r in records(study) if r.measured)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("starting", total=spec.budget.max_trials)
+        hooks = _ProgressHooks(progress, task, spec.budget.max_trials, already)
+        try:
+            summary = execute(ctx, job.id, hooks)
+        except AutotunerError as exc:
+            _fail(str(exc))
+    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
+    console.print(f"stopped: {summary.stop_reason}; outcomes: {summary.counts}")
+    console.print(_pareto_table(spec, recs, summary))
+    chosen = best(spec, recs)
+    if chosen is None:
+        _fail("no trial succeeded; see the errors above (`autotuner jobs show` lists them)", 1)
+        return
+    if summary.gain_over_baseline:
+        console.print(f"best: trial {chosen.number}, {summary.best_throughput:.1f} tok/s/GPU, "
+                      f"{summary.gain_over_baseline:.2f}x verl's defaults "
+                      f"({summary.baseline_throughput:.1f}) on {chosen.device}")
+    for path in _write_configs(spec, job, chosen, out):
+        console.print(f"wrote {path}")
+
+
+@app.command()
+def tune(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
+         out: OutDir = Path("autotuner-out")) -> None:
+    """Tune a job spec: run trials, print the Pareto front, write the chosen verl config."""
+    try:
+        spec = load_job_spec(job_file)
+    except AutotunerError as exc:
+        _fail(str(exc))
+    ctx = _context()
+    job = ctx.submit(spec)
+    ctx.store.claim(job.id, runner_id())
+    _run(ctx, job, spec, out)
+
+
+@app.command()
+def demo(out: OutDir = Path("autotuner-out"),
+         trials: Annotated[int | None, typer.Option(help="Override the demo's trial count.")] = None
+         ) -> None:
+    """Tune the tiny built-in model on this CPU with real vLLM and torch (the embedded default)."""
+    import yaml
+
+    data = yaml.safe_load(resources.files("autotuner").joinpath("examples/demo.yaml").read_text())
+    if trials is not None:
+        data["budget"]["max_trials"] = trials
+    spec = parse_job_spec(data)
+    ctx = _context()
+    job = ctx.submit(spec)
+    ctx.store.claim(job.id, runner_id())
+    _run(ctx, job, spec, out)
+
+
+@app.command()
+def resume(job_id: str, out: OutDir = Path("autotuner-out")) -> None:
+    """Resume a job whose tuner process stopped: finished trials are kept, not re-run."""
+    ctx = _context()
+    try:
+        job = take_over(ctx, job_id)
+    except (StorageError, AutotunerError) as exc:
+        _fail(str(exc))
+    _run(ctx, job, ctx.spec_of(job), out)
+
+
+@app.command("export")
+def export_cmd(job_id: str,
+               trial: Annotated[int | None, typer.Option(help="Trial number; default: the best.")] = None,
+               fmt: Annotated[Literal["yaml", "overrides"], typer.Option("--format")] = "yaml",
+               max_peak_memory_gib: Annotated[float | None, typer.Option(
+                   help="Choose the best trial under this peak memory.")] = None) -> None:
+    """Print a trial's config as verl YAML or Hydra overrides."""
+    ctx = _context()
+    try:
+        job = ctx.store.get(job_id)
+    except StorageError as exc:
+        _fail(str(exc))
+    spec = ctx.spec_of(job)
+    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
+    if trial is None:
+        chosen = best(spec, recs, max_peak_memory_gib)
+        if chosen is None:
+            _fail("no successful trial" + (" under that memory cap" if max_peak_memory_gib else ""))
+    else:
+        chosen = next((r for r in recs if r.number == trial), None)
+        if chosen is None:
+            _fail(f"job {job_id} has no trial {trial}; it has 0..{len(recs) - 1}")
+        if not chosen.config:
+            _fail(f"trial {trial} has no config (status {chosen.status})")
+    header = {"job": job.name, "job_id": job.id, "trial": chosen.number,
+              "metrics": chosen.metrics, "device": chosen.device}
+    text = to_yaml(chosen.config, spec, header) if fmt == "yaml" else to_overrides(
+        chosen.config, spec, header)
+    sys.stdout.write(text)
+
+
+@app.command()
+def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trials.")] = None) -> None:
+    """List jobs, or show one job's trials."""
+    ctx = _context()
+    if job_id is None:
+        rows, count = ctx.store.list(limit=50)
+        table = Table(title=f"{count} jobs")
+        for col in ("id", "name", "status", "trials", "created", "stop reason"):
+            table.add_column(col)
+        for j in rows:
+            table.add_row(j.id, j.name, j.status, f"{j.trials_done}/{j.trials_total}",
+                          j.created_at.strftime("%Y-%m-%d %H:%M"), j.stop_reason or "")
+        console.print(table)
+        return
+    try:
+        job = ctx.store.get(job_id)
+    except StorageError as exc:
+        _fail(str(exc))
+    spec = ctx.spec_of(job)
+    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
+    pareto = {r.number for r in front(spec, recs)}
+    console.print(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
+    for r in recs:
+        line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
+        if r.status not in ("ok",) and r.error_message:
+            line += f"  {r.error_message.splitlines()[-1][:120]}"
+        console.print(line)
+
+
+@app.command()
+def models() -> None:
+    """List the built-in model architectures."""
+    from autotuner.spec import resolve_model
+
+    for name in catalog.catalog_names():
+        arch = resolve_model(name)
+        console.print(f"{name:<14} {arch.num_parameters / 1e9:6.2f}B params  layers={arch.num_layers} "
+                      f"heads={arch.num_attention_heads}/{arch.num_key_value_heads}")
+
+
+def _engine_importable(module: str, python: str) -> tuple[bool, str]:
+    probe = f"import {module}; print({module}.__version__)"
+    try:
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=180)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, str(exc)
+    if out.returncode == 0:
+        return True, out.stdout.strip().splitlines()[-1]
+    return False, (out.stderr.strip().splitlines() or ["failed"])[-1]
+
+
+@app.command()
+def doctor() -> None:
+    """Check GPUs (NVML), engines, torch, the database and Ray."""
+    settings = get_settings()
+    ok = True
+    gpus = hardware.gpus()
+    console.print(f"GPUs: {', '.join(f'{g.name} ({g.memory_gib:.0f} GiB)' for g in gpus) or 'none'}"
+                  f" -> trials run on {'cuda' if gpus else hardware.describe_cpu()}")
+    python = settings.trial_python or sys.executable
+    for module in ("torch", "vllm", "sglang"):
+        good, detail = _engine_importable(module, python)
+        console.print(f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'}")
+        ok &= good or module == "sglang"
+    try:
+        ctx = JobContext.open(settings)
+        console.print(f"database: ok ({ctx.database.masked_url})")
+    except (StorageError, ValueError) as exc:
+        console.print(f"database: FAILED ({exc})")
+        ok = False
+    try:
+        from autotuner.executor import cluster_resources, ensure_ray
+
+        ensure_ray(settings.ray_address, settings.ray_num_cpus)
+        console.print(f"ray: ok ({json.dumps(cluster_resources())})")
+    except Exception as exc:  # Ray raises many types on connection failures
+        console.print(f"ray: FAILED ({exc})")
+        ok = False
+    raise typer.Exit(0 if ok else 1)
+
+
+def main() -> None:  # pragma: no cover - console-script entry
+    logging.basicConfig(level=logging.WARNING)
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,111 @@
+"""Run trials as Ray tasks: one task per trial, reserving what the trial needs.
+
+Each task calls ``trials.launcher.launch_trial``, which starts the trial in a fresh
+process (its own process group) and kills it at its deadline. The executor adds a
+second, outer deadline: a task still unfinished a grace period after its trial's
+deadline (a wedged Ray worker) is force-cancelled and recorded as ``timeout``.
+
+Threading: one executor is driven by one thread (the study loop).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from trials.launcher import launch_trial
+
+from trials.types import TrialResult, TrialSpec
+
+log = logging.getLogger(__name__)
+
+OUTER_GRACE_S = 60.0
+
+
+@dataclass
+class _InFlight:
+    spec: TrialSpec
+    ref: Any
+    deadline: float
+
+
+@dataclass
+class Resources:
+    """What one trial reserves in Ray."""
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` or start a local Ray (idempotent)."""
+    if ray.is_initialized():
+        return
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "configure_logging": False}
+    if address:
+        ray.init(address=address, **kwargs)
+    else:
+        ray.init(num_cpus=num_cpus, **kwargs)
+
+
+def cluster_resources() -> dict[str, float]:
+    return dict(ray.cluster_resources())
+
+
+@dataclass
+class RayExecutor:
+    trial_python: str | None = None
+    in_flight: dict[str, _InFlight] = field(default_factory=dict)
+
+    def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
+        remote = ray.remote(launch_trial).options(
+            num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_retries=0,
+            name=f"trial-{spec.trial_id}",
+        )
+        kwargs: dict[str, Any] = {"timeout_s": timeout_s}
+        if self.trial_python:
+            kwargs["python"] = self.trial_python
+        ref = remote.remote(spec, **kwargs)
+        self.in_flight[spec.trial_id] = _InFlight(spec, ref, time.monotonic() + timeout_s + OUTER_GRACE_S)
+
+    def wait(self, timeout_s: float) -> list[TrialResult]:
+        """Results of the trials that finished within ``timeout_s`` (maybe none)."""
+        if not self.in_flight:
+            return []
+        refs = {entry.ref: tid for tid, entry in self.in_flight.items()}
+        done, _ = ray.wait(list(refs), num_returns=len(refs), timeout=timeout_s)
+        results = [self._collect(refs[ref], ref) for ref in done]
+        now = time.monotonic()
+        for tid, entry in list(self.in_flight.items()):
+            if now > entry.deadline:
+                ray.cancel(entry.ref, force=True)
+                del self.in_flight[tid]
+                results.append(TrialResult(tid, "timeout", phase=None, error_type="RayTaskDeadline",
+                                           error_message="the Ray task outlived its deadline and was "
+                                           "cancelled"))
+        return results
+
+    def _collect(self, tid: str, ref: Any) -> TrialResult:
+        self.in_flight.pop(tid, None)
+        try:
+            result: TrialResult = ray.get(ref)
+            return result
+        except ray.exceptions.TaskCancelledError:
+            return TrialResult(tid, "error", error_type="Cancelled", error_message="cancelled")
+        except ray.exceptions.RayError as exc:
+            # The Ray worker itself died (killed, lost node): the trial did not report.
+            return TrialResult(tid, "error", error_type=type(exc).__name__,
+                               error_message=str(exc)[-2000:])
+
+    def cancel_all(self) -> list[TrialResult]:
+        out = []
+        for tid, entry in list(self.in_flight.items()):
+            ray.cancel(entry.ref, force=True)
+            out.append(TrialResult(tid, "error", error_type="Cancelled",
+                                   error_message="the job was cancelled while this trial ran"))
+        self.in_flight.clear()
+        return out

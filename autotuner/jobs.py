@@ -1,0 +1,169 @@
+"""Run one stored job end to end: build its space, open its study, drive the trials.
+
+Used by the CLI (a job run in the foreground) and by the service's job runner. The job
+row tracks status and progress; the Optuna study on the same database holds the trials,
+so a job whose process died resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from autotuner import hardware
+from autotuner.errors import AutotunerError, JobBusyError
+from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
+from autotuner.records import TrialRecord
+from autotuner.settings import Settings
+from autotuner.space import SearchSpace
+from autotuner.spec import JobSpec, parse_job_spec
+from autotuner.study import RunHooks, StudyRunner, open_study, recover_interrupted
+from autotuner.summary import JobSummary, summarize
+from storage import Database, JobNotOwnedError, JobRecord, JobStore
+
+log = logging.getLogger(__name__)
+
+
+def runner_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def resolve_device(spec: JobSpec) -> Literal["cuda", "cpu"]:
+    if spec.cluster.device != "auto":
+        return spec.cluster.device
+    return "cuda" if hardware.detect_device() == "cuda" else "cpu"
+
+
+def memory_cap_gib(spec: JobSpec, device: str, settings: Settings) -> float | None:
+    if spec.cluster.device_memory_gib is not None:
+        return spec.cluster.device_memory_gib
+    if device == "cpu":
+        return settings.cpu_device_memory_gib
+    gpus = hardware.gpus()
+    return min(g.memory_gib for g in gpus) if gpus else None
+
+
+@dataclass
+class JobContext:
+    settings: Settings
+    database: Database
+    store: JobStore
+
+    @classmethod
+    def open(cls, settings: Settings) -> JobContext:
+        database = Database(settings.resolved_database_url)
+        database.upgrade()
+        return cls(settings, database, JobStore(database))
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        return self.store.create(spec.name, spec.model_dump_json(), spec.budget.max_trials)
+
+    def spec_of(self, job: JobRecord) -> JobSpec:
+        return parse_job_spec(json.loads(job.spec_json))
+
+
+def build_space(spec: JobSpec, device: Literal["cuda", "cpu"], settings: Settings) -> SearchSpace:
+    arch = spec.validate_model(settings.models_dir)
+    return SearchSpace.build(spec, arch, device)
+
+
+def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None) -> JobSummary:
+    """Run (or resume) a job that this process has claimed; record its end in the job row."""
+    hooks = hooks or RunHooks()
+    job = ctx.store.get(job_id)
+    spec = ctx.spec_of(job)
+    settings = ctx.settings
+    try:
+        device = resolve_device(spec)
+        space = build_space(spec, device, settings)
+        study = open_study(spec, job.study_name, settings.resolved_database_url)
+        interrupted = recover_interrupted(study)
+        if interrupted:
+            log.warning("job %s: trials %s were running when the tuner stopped; marked failed",
+                        job_id, interrupted)
+        ensure_ray(settings.ray_address, settings.ray_num_cpus)
+        cpus = cluster_resources().get("CPU", 1.0)
+        runner = StudyRunner(
+            spec=spec, study=study, space=space,
+            executor=RayExecutor(trial_python=settings.trial_python),
+            device=device, memory_cap_gib=memory_cap_gib(spec, device, settings),
+            cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
+            hooks=_with_progress(ctx, job_id, spec, hooks),
+        )
+        runner.enqueue_baseline()
+        result = runner.run()
+    except AutotunerError as exc:
+        ctx.store.finish(job_id, "failed", stop_reason="error", error=str(exc))
+        raise
+    except Exception as exc:
+        ctx.store.finish(job_id, "failed", stop_reason="error", error=f"{type(exc).__name__}: {exc}")
+        raise
+    summary = summarize(spec, result.records, result.stop_reason)
+    status = "cancelled" if result.stop_reason == "cancelled" else "succeeded"
+    if status == "succeeded" and summary.best is None:
+        status = "failed"
+    ctx.store.finish(job_id, status, stop_reason=result.stop_reason,
+                     error=None if status != "failed" else "no trial succeeded",
+                     result_json=json.dumps(summary.to_dict()))
+    return summary
+
+
+HEARTBEAT_EVERY_S = 15.0
+
+
+def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks) -> RunHooks:
+    """Wrap the caller's hooks: progress in the job row, heartbeats, cancel requests."""
+    state = {"done": 0, "beat": 0.0, "lost": False}
+    me = runner_id()
+
+    def on_record(record: TrialRecord) -> None:
+        if record.measured:
+            state["done"] += 1
+        ctx.store.update_progress(job_id, state["done"])
+        hooks.on_record(record)
+
+    def stop_requested() -> bool:
+        now = time.monotonic()
+        if now - state["beat"] >= HEARTBEAT_EVERY_S:
+            state["beat"] = now
+            try:
+                ctx.store.heartbeat(job_id, me)
+            except JobNotOwnedError:
+                log.error("job %s is no longer owned by %s; stopping", job_id, me)
+                state["lost"] = True
+        return bool(state["lost"]) or ctx.store.is_cancel_requested(job_id) or hooks.stop_requested()
+
+    return RunHooks(on_record=on_record, on_start=hooks.on_start, stop_requested=stop_requested)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def take_over(ctx: JobContext, job_id: str) -> JobRecord:
+    """Claim a job to resume it here: a queued job, or a running one whose runner process
+    on this host is gone. A job running elsewhere (or alive here) is refused."""
+    job = ctx.store.get(job_id)
+    if job.status == "running" and job.runner_id:
+        host, _, pid = job.runner_id.rpartition(":")
+        if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
+            job = ctx.store.release(job_id, job.runner_id)
+        else:
+            raise JobBusyError(
+                f"job {job_id} is running under {job.runner_id}; stop that process first "
+                "(or wait for the service to requeue it once its heartbeat is stale)"
+            )
+    if job.status != "queued":
+        raise JobBusyError(f"job {job_id} is {job.status}; only queued or orphaned jobs resume")
+    return ctx.store.claim(job_id, runner_id())

@@ -1,0 +1,95 @@
+"""A trial as the rest of autotuner sees it, read back from the Optuna study.
+
+Optuna keeps params, values and states; everything else a trial measured lives in its
+user attributes under the keys written by ``attrs_for``. ``TrialRecord`` is the one
+view of that used by the study loop, the CLI, the API and the exporter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from trials.types import TrialResult
+
+# Outcomes beyond the worker's ok/oom/error/timeout:
+#   invalid      breaks a verl/engine rule; never run
+#   duplicate    same config as an earlier trial; that trial's outcome is reused, not re-run
+#   interrupted  was running when the tuner process died; marked failed on resume
+#   running      in flight now
+INFEASIBLE_STATUSES = ("oom", "timeout")
+
+
+@dataclass
+class TrialRecord:
+    number: int
+    status: str
+    config: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    phase_timings_s: dict[str, float] = field(default_factory=dict)
+    phase: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    device: str = ""
+    values: list[float] | None = None
+    baseline: str | None = None
+    duplicate_of: int | None = None
+    wall_s: float = 0.0
+
+    @property
+    def feasible(self) -> bool:
+        """Measured successfully. Duplicates are not: the trial they repeat stands for them."""
+        return self.status == "ok"
+
+    @property
+    def measured(self) -> bool:
+        """Ran on hardware to an outcome (counts against the trial budget)."""
+        return self.status in ("ok", "oom", "error", "timeout")
+
+    def metric(self, name: str) -> float | None:
+        value = self.metrics.get(name)
+        return None if value is None else float(value)
+
+
+def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "config": config,
+        "metrics": result.metrics,
+        "phase_timings_s": result.phase_timings_s,
+        "phase": result.phase,
+        "error_type": result.error_type,
+        "error_message": (result.error_message or "")[-4000:] or None,
+        "device": result.device,
+        "wall_s": result.wall_s,
+        "log_tail": result.log_tail[-4000:],
+    }
+
+
+def record_of(trial: FrozenTrial) -> TrialRecord:
+    a = trial.user_attrs
+    status = a.get("status")
+    if status is None:
+        status = "running" if trial.state == TrialState.RUNNING else "interrupted"
+    return TrialRecord(
+        number=trial.number,
+        status=status,
+        config=a.get("config") or {},
+        metrics=a.get("metrics") or {},
+        phase_timings_s=a.get("phase_timings_s") or {},
+        phase=a.get("phase"),
+        error_type=a.get("error_type"),
+        error_message=a.get("error_message"),
+        device=a.get("device") or "",
+        values=list(trial.values) if trial.values is not None else None,
+        baseline=a.get("baseline"),
+        duplicate_of=a.get("duplicate_of"),
+        wall_s=float(a.get("wall_s") or 0.0),
+    )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [record_of(t) for t in study.get_trials(deepcopy=False)]

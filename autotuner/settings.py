@@ -1,0 +1,68 @@
+"""Service and CLI settings: environment variables with the AUTOTUNER_ prefix, read once."""
+
+from __future__ import annotations
+
+import ipaddress
+from functools import cache
+from pathlib import Path
+
+import platformdirs
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    """Every setting has a safe embedded default: SQLite file, local Ray, loopback bind."""
+
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("autotuner")),
+        description="Where the default SQLite database and exported configs live.",
+    )
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default sqlite:///<data_dir>/autotuner.db."
+    )
+    ray_address: str | None = Field(
+        default=None, description="Existing Ray cluster (e.g. ray://head:10001); default: local Ray."
+    )
+    ray_num_cpus: int | None = Field(default=None, ge=1, description="CPUs of the local Ray.")
+    models_dir: Path | None = Field(default=None, description="Root for models given as paths.")
+    trial_python: str | None = Field(
+        default=None, description="Python that runs trials (an engine's environment); default: ours."
+    )
+    cpu_device_memory_gib: float = Field(
+        default=8.0, gt=0, description="Memory cap per CPU trial when the job sets none."
+    )
+    api_token: SecretStr | None = Field(default=None, description="Bearer token for the API.")
+    host: str = Field(default="127.0.0.1", description="Address the API binds to.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port the API binds to.")
+
+    @model_validator(mode="after")
+    def _safe_bind(self) -> Settings:
+        if not _is_loopback(self.host) and self.api_token is None:
+            raise ValueError(
+                f"AUTOTUNER_HOST={self.host} is not a loopback address and AUTOTUNER_API_TOKEN is "
+                "unset; set a token or bind to 127.0.0.1"
+            )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir / 'autotuner.db'}"
+
+
+@cache
+def get_settings() -> Settings:
+    return Settings()

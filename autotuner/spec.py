@@ -1,0 +1,482 @@
+"""The job spec: what to tune, on what hardware, within which budget.
+
+Field names follow verl where verl has the concept (``train_batch_size``,
+``ppo_mini_batch_size``, ``n``, ``max_prompt_length``), so a user can copy them from
+a verl command. Every field has a default, bounds and a one-line description; the
+cross-field rules live in validators whose messages quote the values and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from autotuner import catalog
+from autotuner.errors import SpecError, UnknownModelError
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- lengths
+
+
+class _Lengths(_Model):
+    def draw(self, count: int, rng: np.random.Generator, cap: int) -> list[int]:
+        """Draw ``count`` lengths, clipped to [1, cap]."""
+        raw = np.asarray(self._draw(count, rng), dtype=float)
+        return [int(v) for v in np.clip(np.rint(raw), 1, cap)]
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
+    def upper_bound(self) -> float:
+        """A length no draw exceeds (before the cap); inf when unbounded."""
+        return math.inf
+
+    def lower_bound(self) -> int:
+        """A length no draw falls below."""
+        return int(getattr(self, "min", 1))
+
+
+class FixedLengths(_Lengths):
+    """Every request has the same length."""
+
+    kind: Literal["fixed"] = "fixed"
+    value: int = Field(ge=1, description="The length, in tokens.")
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:
+        return np.full(count, self.value)
+
+    def upper_bound(self) -> float:
+        return self.value
+
+    def lower_bound(self) -> int:
+        return self.value
+
+
+class UniformLengths(_Lengths):
+    """Lengths uniform on [low, high]."""
+
+    kind: Literal["uniform"] = "uniform"
+    low: int = Field(ge=1, description="Shortest length, in tokens.")
+    high: int = Field(ge=1, description="Longest length, in tokens.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> UniformLengths:
+        if self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high}); swap them")
+        return self
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:
+        return rng.integers(self.low, self.high + 1, size=count)
+
+    def upper_bound(self) -> float:
+        return self.high
+
+    def lower_bound(self) -> int:
+        return self.low
+
+
+class NormalLengths(_Lengths):
+    """Lengths ~ N(mean, std), clipped to [min, max]."""
+
+    kind: Literal["normal"] = "normal"
+    mean: float = Field(gt=0, description="Mean length, in tokens.")
+    std: float = Field(ge=0, description="Standard deviation, in tokens.")
+    min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
+    max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:
+        return np.clip(rng.normal(self.mean, self.std, size=count), self.min, self.max or np.inf)
+
+    def upper_bound(self) -> float:
+        return self.max if self.max is not None else math.inf
+
+
+class LognormalLengths(_Lengths):
+    """Long-tailed lengths: exp(N(log(median), sigma)), clipped to [min, max]."""
+
+    kind: Literal["lognormal"] = "lognormal"
+    median: float = Field(gt=0, description="Median length, in tokens.")
+    sigma: float = Field(default=0.6, ge=0, le=5, description="Spread of log(length).")
+    min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
+    max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:
+        raw = rng.lognormal(math.log(self.median), self.sigma, size=count)
+        return np.clip(raw, self.min, self.max or np.inf)
+
+    def upper_bound(self) -> float:
+        return self.max if self.max is not None else math.inf
+
+
+class ListLengths(_Lengths):
+    """Lengths resampled (with replacement) from an explicit list, e.g. from a real dataset."""
+
+    kind: Literal["list"] = "list"
+    values: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=1_000_000)
+
+    def _draw(self, count: int, rng: np.random.Generator) -> Any:
+        return rng.choice(np.asarray(self.values), size=count, replace=True)
+
+    def upper_bound(self) -> float:
+        return max(self.values)
+
+    def lower_bound(self) -> int:
+        return min(self.values)
+
+
+LengthDistribution = Annotated[
+    FixedLengths | UniformLengths | NormalLengths | LognormalLengths | ListLengths,
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------- model
+
+
+class ModelArch(_Model):
+    """The facts about an architecture that the search space and memory model need."""
+
+    name: str
+    config: dict[str, Any]
+
+    @property
+    def num_attention_heads(self) -> int:
+        return int(self.config["num_attention_heads"])
+
+    @property
+    def num_key_value_heads(self) -> int:
+        return int(self.config.get("num_key_value_heads") or self.num_attention_heads)
+
+    @property
+    def num_layers(self) -> int:
+        return int(self.config["num_hidden_layers"])
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.config["hidden_size"])
+
+    @property
+    def head_dim(self) -> int:
+        return int(self.config.get("head_dim") or self.hidden_size // self.num_attention_heads)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.config["vocab_size"])
+
+    @property
+    def max_position_embeddings(self) -> int:
+        return int(self.config.get("max_position_embeddings") or 2048)
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameter count of a dense decoder (embeddings, attention, gated MLP, norms)."""
+        h, n_layers = self.hidden_size, self.num_layers
+        q = self.num_attention_heads * self.head_dim
+        kv = 2 * self.num_key_value_heads * self.head_dim
+        mlp = 3 * h * int(self.config["intermediate_size"])
+        per_layer = h * q + h * kv + q * h + mlp + 2 * h
+        embed = self.vocab_size * h
+        lm_head = 0 if self.config.get("tie_word_embeddings") else embed
+        return per_layer * n_layers + embed + lm_head + h
+
+
+def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArch:
+    """A catalog name, or a path to a config.json (or a folder holding one)."""
+    config = catalog.lookup(name_or_path)
+    if config is not None:
+        return ModelArch(name=name_or_path, config=config)
+    path = Path(name_or_path).expanduser()
+    if models_dir is not None and not path.is_absolute():
+        path = models_dir / path
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise UnknownModelError(
+            "workload.model",
+            f"{name_or_path!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) "
+            "nor a path to an HF config.json; use one of those names or a path to a config.json",
+        )
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise UnknownModelError("workload.model", f"cannot read {path}: {exc}") from exc
+    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "vocab_size", "intermediate_size") if k not in config]
+    if missing:
+        raise UnknownModelError(
+            "workload.model", f"{path} lacks {', '.join(missing)}; give a decoder LM's config.json"
+        )
+    return ModelArch(name=path.parent.name or str(path), config=config)
+
+
+# --------------------------------------------------------------------------- workload
+
+
+class Workload(_Model):
+    """The RL step being tuned: model, lengths and verl's batch sizes."""
+
+    model: str = Field(
+        default="tiny",
+        description="A built-in model name (see `autotuner models`) or a path to an HF config.json.",
+    )
+    dtype: Literal["bfloat16", "float16", "float32"] = Field(
+        default="bfloat16", description="Parameter dtype of the rollout engine and the actor."
+    )
+    engine: Literal["vllm", "sglang"] = Field(
+        default="vllm", description="Rollout engine (actor_rollout_ref.rollout.name)."
+    )
+    prompt_length: LengthDistribution = Field(
+        default_factory=lambda: FixedLengths(value=256),
+        description="Distribution of prompt lengths, in tokens.",
+    )
+    response_length: LengthDistribution = Field(
+        default_factory=lambda: FixedLengths(value=256),
+        description="Distribution of response lengths, in tokens (generated with ignore_eos).",
+    )
+    max_prompt_length: int = Field(
+        default=512, ge=1, le=1_048_576, description="data.max_prompt_length; longer prompts are cut."
+    )
+    max_response_length: int = Field(
+        default=512, ge=1, le=1_048_576, description="data.max_response_length; longer responses are cut."
+    )
+    train_batch_size: int = Field(
+        default=256, ge=1, le=1_000_000, description="data.train_batch_size: prompts per PPO step."
+    )
+    n: int = Field(default=1, ge=1, le=1024, description="actor_rollout_ref.rollout.n: samples per prompt.")
+    ppo_mini_batch_size: int = Field(
+        default=256, ge=1, le=1_000_000,
+        description="actor_rollout_ref.actor.ppo_mini_batch_size: prompts per optimizer step.",
+    )
+    use_kl_loss: bool = Field(
+        default=True, description="actor.use_kl_loss: whether the reference model's forward runs."
+    )
+    phases: Literal["rollout", "train", "both"] = Field(
+        default="both", description="Which phases each trial measures."
+    )
+
+    @model_validator(mode="after")
+    def _batch_rules(self) -> Workload:
+        if self.ppo_mini_batch_size > self.train_batch_size:
+            raise ValueError(
+                f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be <= train_batch_size "
+                f"({self.train_batch_size}) (verl rule S4); lower ppo_mini_batch_size"
+            )
+        for which, dist, cap in (
+            ("prompt_length", self.prompt_length, self.max_prompt_length),
+            ("response_length", self.response_length, self.max_response_length),
+        ):
+            low = dist.lower_bound()
+            if low > cap:
+                raise ValueError(
+                    f"{which} never fits: its shortest length ({low}) exceeds max_{which} ({cap}); "
+                    f"raise max_{which} or shorten the distribution"
+                )
+        return self
+
+    @property
+    def max_sequence_length(self) -> int:
+        return self.max_prompt_length + self.max_response_length
+
+    @property
+    def measures_rollout(self) -> bool:
+        return self.phases in ("rollout", "both")
+
+    @property
+    def measures_train(self) -> bool:
+        return self.phases in ("train", "both")
+
+
+class Cluster(_Model):
+    """The hardware the tuned config will run on (trainer.n_gpus_per_node, trainer.nnodes)."""
+
+    device: Literal["auto", "cuda", "cpu"] = Field(
+        default="auto", description="Where trials run: cuda, cpu (tiny models only), or auto-detect."
+    )
+    n_gpus_per_node: int = Field(default=1, ge=1, le=64, description="trainer.n_gpus_per_node.")
+    nnodes: int = Field(default=1, ge=1, le=1024, description="trainer.nnodes.")
+    device_memory_gib: float | None = Field(
+        default=None, gt=0, le=4096,
+        description="Memory of one device (GiB); on cuda the GPU's own when unset, on cpu a cap "
+        "enforced on each trial (default 8).",
+    )
+
+    @property
+    def world_size(self) -> int:
+        return self.n_gpus_per_node * self.nnodes
+
+
+# --------------------------------------------------------------------------- search
+
+
+class KnobOverride(_Model):
+    """How the search treats one knob: fix it, narrow it, restrict its choices, or drop it."""
+
+    fixed: Any = Field(default=None, description="Use this value in every trial.")
+    low: float | None = Field(default=None, description="Smallest value to try.")
+    high: float | None = Field(default=None, description="Largest value to try.")
+    choices: list[Any] | None = Field(default=None, min_length=1, max_length=256,
+                                      description="Try only these values.")
+    drop: bool = Field(default=False, description="Do not search it: verl's default is used.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        # A bare scalar or list means "fixed" / "choices".
+        if isinstance(value, list):
+            return {"choices": value}
+        if not isinstance(value, dict):
+            return {"fixed": value}
+        return value
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> KnobOverride:
+        kinds = [self.fixed is not None, self.low is not None or self.high is not None,
+                 self.choices is not None, self.drop]
+        if sum(kinds) != 1:
+            raise ValueError("give exactly one of fixed, low/high, choices or drop")
+        if self.low is not None and self.high is not None and self.low > self.high:
+            raise ValueError(f"low ({self.low}) must be <= high ({self.high})")
+        return self
+
+
+class Budget(_Model):
+    """How much measuring a job may do."""
+
+    max_trials: int = Field(default=20, ge=1, le=10_000, description="Trials to run (measured ones).")
+    max_minutes: float = Field(default=120.0, gt=0, le=7 * 24 * 60, description="Wall-clock cap.")
+    max_concurrent_trials: int = Field(default=1, ge=1, le=256, description="Trials in flight at once.")
+    trial_timeout_s: float = Field(
+        default=900.0, ge=10, le=24 * 3600, description="A trial still running after this is killed."
+    )
+
+
+ObjectiveMetric = Literal[
+    "throughput_tokens_per_s_per_gpu",
+    "peak_memory_gib",
+    "rollout_generated_tokens_per_s",
+    "step_time_s",
+]
+OBJECTIVE_DIRECTIONS: dict[str, str] = {
+    "throughput_tokens_per_s_per_gpu": "maximize",
+    "peak_memory_gib": "minimize",
+    "rollout_generated_tokens_per_s": "maximize",
+    "step_time_s": "minimize",
+}
+
+
+class Objective(_Model):
+    metric: ObjectiveMetric = Field(description="A trial metric.")
+    direction: Literal["maximize", "minimize"] | None = Field(
+        default=None, description="Defaults to the metric's natural direction."
+    )
+
+    @property
+    def resolved_direction(self) -> str:
+        return self.direction or OBJECTIVE_DIRECTIONS[self.metric]
+
+
+def _default_objectives() -> list[Objective]:
+    return [Objective(metric="throughput_tokens_per_s_per_gpu"), Objective(metric="peak_memory_gib")]
+
+
+class JobSpec(_Model):
+    """A tuning job: the workload, the cluster, the search and the budget."""
+
+    name: str = Field(default="job", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
+                      description="A name for the job (letters, digits, . _ -).")
+    workload: Workload = Field(default_factory=Workload)
+    cluster: Cluster = Field(default_factory=Cluster)
+    search: dict[str, KnobOverride] = Field(
+        default_factory=dict, description="Per-knob overrides, keyed by verl's Hydra path."
+    )
+    budget: Budget = Field(default_factory=Budget)
+    objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
+    sampler: Literal["tpe", "nsga2", "random"] = Field(
+        default="tpe", description="Optuna sampler that proposes configs."
+    )
+    seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed for lengths and the sampler.")
+
+    @model_validator(mode="after")
+    def _cross_rules(self) -> JobSpec:
+        from autotuner.knobs import KNOBS  # the knob table depends on this module's types
+
+        unknown = sorted(set(self.search) - set(KNOBS))
+        if unknown:
+            raise ValueError(
+                f"unknown knob(s) in search: {', '.join(unknown)}; valid knobs are: "
+                + ", ".join(sorted(KNOBS))
+            )
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")
+        w, c = self.workload, self.cluster
+        if (w.train_batch_size * w.n) % c.world_size:
+            raise ValueError(
+                f"train_batch_size*n ({w.train_batch_size}*{w.n}) must be divisible by the number of "
+                f"GPUs ({c.world_size}) (verl rule S1); change train_batch_size or n"
+            )
+        if (w.ppo_mini_batch_size * w.n) % c.world_size:
+            raise ValueError(
+                f"ppo_mini_batch_size*n ({w.ppo_mini_batch_size}*{w.n}) must be divisible by the "
+                f"number of GPUs ({c.world_size}) (verl rule R7); change ppo_mini_batch_size"
+            )
+        return self
+
+    def validate_model(self, models_dir: Path | None = None) -> ModelArch:
+        """Resolve the model now, raising UnknownModelError with the fix."""
+        arch = resolve_model(self.workload.model, models_dir)
+        if self.workload.max_sequence_length > arch.max_position_embeddings:
+            raise SpecError(
+                "workload.max_response_length",
+                f"max_prompt_length+max_response_length ({self.workload.max_sequence_length}) exceeds "
+                f"the model's max_position_embeddings ({arch.max_position_embeddings}) (verl rule R4); "
+                "shorten them",
+            )
+        return arch
+
+
+def _format_validation_error(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc or '(job)'}: {msg}")
+    return "; ".join(lines)
+
+
+def parse_job_spec(data: Any) -> JobSpec:
+    """Validate a parsed document, raising SpecError that names the field and the fix."""
+    if not isinstance(data, dict):
+        raise SpecError("(job)", f"a job spec is a mapping, got {type(data).__name__}")
+    try:
+        spec = JobSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or "(job)"
+        raise SpecError(field, _format_validation_error(exc)) from None
+    spec.validate_model()
+    return spec
+
+
+def load_job_spec(path: str | Path) -> JobSpec:
+    """Read a YAML or JSON job spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("(file)", f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("(file)", f"{path} is not valid YAML/JSON: {exc}") from exc
+    return parse_job_spec(data)

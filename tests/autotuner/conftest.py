@@ -1,0 +1,46 @@
+"""Shared fixtures for control-plane tests that run real trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray with the machine's CPUs (trials reserve CPUs on a CPU machine)."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+    yield ray
+    ray.shutdown()
+
+
+def run_cli(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "autotuner.cli", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """Environment for a CLI run with its own data dir (SQLite) and a 2-CPU local Ray."""
+    env = dict(os.environ)
+    env["AUTOTUNER_DATA_DIR"] = str(tmp_path / "data")
+    env["AUTOTUNER_RAY_NUM_CPUS"] = "2"
+    env["COLUMNS"] = "200"
+    env.pop("AUTOTUNER_DATABASE_URL", None)
+    return env
+
+
+def write_job(path: Path, data: dict) -> Path:
+    path.write_text(json.dumps(data))
+    return path

@@ -1,0 +1,160 @@
+"""The study loop on real trials: OOM is data, never re-run; resumes after a kill -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+from optuna.study._constrained_optimization import _get_feasible_trials
+
+from autotuner.executor import RayExecutor
+from autotuner.knobs import A, R
+from autotuner.records import records
+from autotuner.space import SearchSpace
+from autotuner.spec import parse_job_spec
+from autotuner.study import StudyRunner, open_study, recover_interrupted
+
+from .conftest import REPO, write_job
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.engine
+
+# A model big enough that a micro-batch of 32 long sequences needs GiBs (its logits alone:
+# 32 x 320 tokens x 32000 vocab x 4 bytes = 1.3 GB, twice over for their gradient), while
+# a micro-batch of 1 fits easily under the same cap.
+MID_MODEL = {
+    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 2048,
+    "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+}
+
+
+def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials):
+    model = tmp_path / "mid" / "config.json"
+    model.parent.mkdir(parents=True, exist_ok=True)
+    model.write_text(json.dumps(MID_MODEL))
+    return parse_job_spec({
+        "name": "oom-test",
+        "workload": {"model": str(model), "dtype": "float32", "phases": "train",
+                     "prompt_length": {"kind": "fixed", "value": 64},
+                     "response_length": {"kind": "fixed", "value": 256},
+                     "max_prompt_length": 64, "max_response_length": 256,
+                     "train_batch_size": 32, "n": 1, "ppo_mini_batch_size": 32,
+                     "use_kl_loss": False},
+        "cluster": {"device": "cpu", "device_memory_gib": cap_gib},
+        "search": {A + "ppo_micro_batch_size_per_gpu": micro_choices,
+                   R + "log_prob_micro_batch_size_per_gpu": 1,
+                   A + "use_dynamic_bsz": False,
+                   "actor_rollout_ref.model.enable_gradient_checkpointing": True},
+        "budget": {"max_trials": max_trials, "trial_timeout_s": 240},
+        "sampler": "random",
+    })
+
+
+def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local) -> None:
+    spec = _train_only_job(tmp_path, [1, 32], cap_gib=1.5, max_trials=5)
+    arch = spec.validate_model()
+    space = SearchSpace.build(spec, arch, "cpu")
+    assert list(space.searched) == [A + "ppo_micro_batch_size_per_gpu"]
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    study = open_study(spec, "oom-study", url)
+    runner = StudyRunner(spec, study, space, RayExecutor(), "cpu", memory_cap_gib=1.5,
+                         cpus_per_trial=2)
+    summary = runner.run()
+
+    recs = {r.number: r for r in records(study)}
+    measured = [r for r in recs.values() if r.measured]
+    by_micro = {r.config[A + "ppo_micro_batch_size_per_gpu"]: r for r in measured}
+    assert sorted(by_micro) == [1, 32], [(r.status, r.config) for r in measured]
+    ok, oom = by_micro[1], by_micro[32]
+    assert ok.status == "ok", (ok.error_type, ok.error_message)
+    assert oom.status == "oom", (oom.error_type, oom.error_message)
+    assert oom.phase in ("update_actor", "old_log_prob")
+    assert oom.error_message
+    # Infeasible for the sampler: told COMPLETE with a violated constraint, not dropped.
+    frozen = {t.number: t for t in study.get_trials()}
+    feasible = {t.number for t in _get_feasible_trials(study.get_trials())}
+    assert frozen[oom.number].state == optuna.trial.TrialState.COMPLETE
+    assert oom.number not in feasible and ok.number in feasible
+    # Only two distinct points exist: the rest of the proposals were duplicates, not runs.
+    assert len(measured) == 2
+    duplicates = [r for r in recs.values() if r.status == "duplicate"]
+    assert duplicates and all(r.duplicate_of in (ok.number, oom.number) for r in duplicates)
+    assert "exhausted" in summary.stop_reason
+
+
+def _measured(url: str, study_name: str) -> list:
+    try:
+        study = optuna.load_study(study_name=study_name, storage=url)
+    except KeyError:
+        return []
+    return [r for r in records(study) if r.measured]
+
+
+def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_env) -> None:
+    job = write_job(tmp_path / "job.json", {
+        "name": "resume-test",
+        "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
+                     "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
+                     "response_length": {"kind": "uniform", "low": 16, "high": 64},
+                     "max_prompt_length": 48, "max_response_length": 64,
+                     "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 8,
+                     "use_kl_loss": False},
+        "cluster": {"device": "cpu"},
+        "search": {A + "use_dynamic_bsz": False},
+        "budget": {"max_trials": 4, "trial_timeout_s": 120},
+        "sampler": "random",
+    })
+    url = f"sqlite:///{tmp_path / 'data' / 'autotuner.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "tune", str(job),
+                             "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    study_name = None
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            if study_name is None:
+                names = optuna.get_all_study_names(url) if (tmp_path / "data").exists() else []
+                study_name = names[0] if names else None
+                continue
+            if len(_measured(url, study_name)) >= 2:
+                break
+        assert study_name is not None, "the tuner never created its study"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    before = {r.number: r for r in _measured(url, study_name)}
+    assert 2 <= len(before) < 4
+    cut_off = {t.number for t in optuna.load_study(study_name=study_name, storage=url).get_trials(
+        states=(optuna.trial.TrialState.RUNNING,))}
+
+    job_id = study_name.removeprefix("job-")
+    resumed = subprocess.run([sys.executable, "-m", "autotuner.cli", "resume", job_id,
+                              "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
+                             capture_output=True, text=True, timeout=400)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+
+    study = optuna.load_study(study_name=study_name, storage=url)
+    recs = records(study)
+    after = [r for r in recs if r.measured]
+    assert len(after) == 4
+    # Finished trials were kept as they were, not measured again.
+    for number, rec in before.items():
+        same = next(r for r in after if r.number == number)
+        assert same.metrics == rec.metrics and same.status == rec.status
+    configs = [json.dumps(r.config, sort_keys=True) for r in after]
+    assert len(set(configs)) == len(configs)
+    # Nothing is left running; a trial cut off by the kill is marked as such.
+    assert not [t for t in study.get_trials() if t.state == optuna.trial.TrialState.RUNNING]
+    assert all(r.status != "running" for r in recs)
+    assert {r.number for r in recs if r.status == "interrupted"} == cut_off
+    assert recover_interrupted(study) == []

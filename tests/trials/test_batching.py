@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import pytest
+
+from trials.batching import evenly_spaced, fixed_size, log_prob_plan, token_budget, update_plan
+from trials.errors import ConfigRejected
+
+
+def test_fixed_size_groups_consecutive_sequences():
+    assert fixed_size(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_token_budget_uses_ceil_total_over_budget_balanced_groups():
+    lengths = [100, 90, 80, 70, 60, 50, 40, 30]  # 520 tokens
+    groups = token_budget(list(range(8)), lengths, 200, "knob")
+    assert len(groups) == 3  # ceil(520 / 200)
+    assert sorted(i for g in groups for i in g) == list(range(8))
+    loads = [sum(lengths[i] for i in g) for g in groups]
+    assert max(loads) <= 200 and max(loads) - min(loads) <= max(lengths)  # balanced
+
+
+def test_token_budget_rejects_a_sequence_longer_than_the_budget():
+    with pytest.raises(ConfigRejected, match="ppo_max_token_len_per_gpu=100"):
+        token_budget([0, 1], [50, 150], 100, "ppo_max_token_len_per_gpu")
+
+
+def test_update_plan_steps_once_per_mini_batch():
+    plan = update_plan(
+        [10] * 10, mini_batch_size=4, micro_batch_size=3, dynamic=False, max_tokens=0
+    )
+    assert [mb.indices for mb in plan] == [(0, 1, 2), (3,), (4, 5, 6), (7,), (8, 9)]
+    assert [mb.ends_mini_batch for mb in plan] == [False, True, False, True, True]
+
+
+def test_dynamic_update_plan_stays_within_mini_batches():
+    lengths = [30, 10, 20, 40, 50, 60]
+    plan = update_plan(lengths, mini_batch_size=3, micro_batch_size=1, dynamic=True, max_tokens=60)
+    assert plan[0].indices == (0, 1, 2) and plan[0].ends_mini_batch  # 60 tokens: one group
+    assert sorted(mb.indices for mb in plan[1:]) == [(3,), (4,), (5,)]  # 150 tokens: three
+    assert [mb.ends_mini_batch for mb in plan] == [True, False, False, True]
+
+
+def test_log_prob_plan_covers_every_sequence_once():
+    plan = log_prob_plan([5, 6, 7, 8, 9], micro_batch_size=2, dynamic=False, max_tokens=0, knob="k")
+    assert [i for mb in plan for i in mb.indices] == [0, 1, 2, 3, 4]
+
+
+def test_evenly_spaced_includes_both_ends():
+    assert evenly_spaced(10, 4) == [0, 3, 6, 9]
+    assert evenly_spaced(3, 8) == [0, 1, 2]
+    assert evenly_spaced(5, 1) == [0]

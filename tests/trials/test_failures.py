@@ -1,0 +1,92 @@
+"""The classification table over messages the engines and allocators really print."""
+
+from __future__ import annotations
+
+import pytest
+
+from trials.failures import PATTERNS, classify, classify_text
+
+# Real texts, verbatim from vLLM 0.24/0.32 (GPU and CPU workers), SGLang 0.5, PyTorch 2.x.
+OOM_MESSAGES = [
+    "ValueError: Free memory on device cuda:0 (12.1/139.8 GiB) on startup is less than desired "
+    "GPU memory utilization (0.9, 125.82 GiB). Decrease GPU memory utilization or reduce GPU "
+    "memory used by other processes.",
+    "ValueError: Available memory on node 0 (5.78/8.21 GiB) on startup is less than desired CPU "
+    "memory utilization (0.9, 7.39 GiB). On the CPU backend, the `--gpu-memory-utilization` flag "
+    "controls the fraction of CPU memory reserved (despite its name).",
+    "ValueError: Available memory on node 0 (5.78/8.21 GiB) on kv cache allocation is less than "
+    "requested memory for kv (57.6 GiB). Decrease --kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, "
+    "or reduce CPU memory used by other processes.",
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+    "when initializing the engine.",
+    "ValueError: To serve at least one request with the model's max seq len (4096), (0.0 GiB KV "
+    "cache is needed, which is larger than the available KV cache memory (0.0 GiB). Based on the "
+    "available memory, the estimated maximum model length is 384.",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
+    "capacity of 79.19 GiB of which 1.02 GiB is free.",
+    "RuntimeError: CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+    "RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't "
+    "allocate memory: you tried to allocate 16384000 bytes. Error code 12 (Cannot allocate memory)",
+    "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc",
+    "MemoryError",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+]
+
+ERROR_MESSAGES = [
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "ValueError: The decoder prompt (length 300) is longer than the maximum model length of 256.",
+    "RuntimeError: Engine core initialization failed. See root cause above. "
+    "Failed core proc(s): {'EngineCore': 1}",
+    "KeyError: 'model_type'",
+]
+
+
+@pytest.mark.parametrize("text", OOM_MESSAGES)
+def test_memory_messages_are_oom(text):
+    assert classify_text(text) == "oom"
+
+
+@pytest.mark.parametrize("text", ERROR_MESSAGES)
+def test_other_messages_are_not_oom(text):
+    assert classify_text(text) is None
+
+
+def test_table_is_data():
+    assert all(status in ("oom", "error") for _, status in PATTERNS)
+
+
+def test_real_python_memory_error():
+    with pytest.raises(MemoryError) as info:
+        bytearray(1 << 62)
+    assert classify(info.value) == "oom"
+
+
+def test_real_torch_allocator_failure():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(RuntimeError) as info:
+        torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB
+    assert classify(info.value) == "oom"
+
+
+def test_wrapper_error_is_classified_by_the_engine_log():
+    wrapper = RuntimeError(
+        "Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    )
+    log = "(EngineCore pid=7) ValueError: No available memory for the cache blocks. Try ..."
+    assert classify(wrapper, log) == "oom"
+    assert classify(wrapper, "(EngineCore pid=7) KeyError: 'model_type'") == "error"
+
+
+def test_log_is_ignored_for_a_self_explaining_error():
+    error = ValueError("max_model_len must be >= 1")
+    assert classify(error, "earlier: CUDA out of memory") == "error"
+
+
+def test_chained_cause_counts():
+    try:
+        try:
+            raise MemoryError()
+        except MemoryError as inner:
+            raise RuntimeError("phase failed") from inner
+    except RuntimeError as outer:
+        assert classify(outer) == "oom"

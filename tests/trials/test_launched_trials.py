@@ -1,0 +1,105 @@
+"""Real trials through ``launch_trial``: vLLM on CPU with the tiny model, plus train.
+
+One engine start per test; ~2 minutes in all on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import threading
+import time
+
+import pytest
+from trial_helpers import make_spec
+from trial_watch import TrialSessions
+
+from trials.launcher import launch_trial
+from trials.rollout import BACKENDS
+
+TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("engine", sorted(BACKENDS))
+def test_full_trial_on_cpu(tiny_config, engine):
+    if importlib.util.find_spec(engine) is None:
+        pytest.skip(f"{engine} is not installed here")
+    spec = make_spec(tiny_config, trial_id=f"e2e-{engine}", samples_per_prompt=4)
+    spec.rollout.engine = engine
+    spec.prompt_lengths = [p for p in spec.prompt_lengths[::4] for _ in range(4)]
+    with TrialSessions() as sessions:
+        result = launch_trial(spec, timeout_s=240)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m, t = result.metrics, result.phase_timings_s
+    # Every request came back with exactly its length (a mismatch fails the trial).
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    assert m["rollout_requests"] == len(spec.prompt_lengths)
+    for name in (
+        "rollout_generated_tokens_per_s",
+        "rollout_total_tokens_per_s",
+        *(f"{p}_tokens_per_s" for p in TRAIN_SUB_PHASES),
+        "throughput_tokens_per_s_per_gpu",
+        "engine_startup_s",
+    ):
+        assert m[name] > 0, name
+    assert m["kv_cache_tokens"] >= spec.rollout.max_model_len
+    assert m["rollout_preemptions"] >= 0
+    assert m["rollout_peak_memory_gib"] > 0 and m["train_peak_memory_gib"] > 0
+    assert m["peak_memory_gib"] == max(m["rollout_peak_memory_gib"], m["train_peak_memory_gib"])
+    assert set(t) == {"startup", "rollout", *TRAIN_SUB_PHASES}
+    step = m["rollout_makespan_s"] + sum(t[p] for p in TRAIN_SUB_PHASES)
+    assert m["step_time_s"] == pytest.approx(step)
+    tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
+    assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(tokens / step)
+    assert sessions.sids and sessions.leftovers() == []
+
+
+@pytest.mark.engine
+def test_kv_cache_too_small_for_max_model_len_is_oom_at_startup(tiny_config):
+    # 0.0005 * 1 GiB = 0.5 MiB of KV cache: a few hundred tokens, max_model_len 4096.
+    spec = make_spec(tiny_config, trial_id="kv-oom", phases=["rollout"], device_memory_cap_gib=1.0)
+    spec.rollout.gpu_memory_utilization = 0.0005
+    spec.rollout.max_model_len = 4096
+    result = launch_trial(spec, timeout_s=240)
+    assert (result.status, result.phase) == ("oom", "startup"), result.error_message
+    # The exception only says "see root cause above"; the engine's log said why.
+    assert "larger than the available KV cache memory" in result.log_tail
+
+
+@pytest.mark.engine
+def test_timeout_kills_the_whole_process_group(tiny_config):
+    spec = make_spec(tiny_config, trial_id="too-slow", phases=["rollout"])
+    with TrialSessions() as sessions:
+        result = launch_trial(spec, timeout_s=15, grace_s=3)
+    assert result.status == "timeout"
+    assert result.phase == "startup"  # from the progress file: the engine was starting
+    assert result.wall_s < 15 + 3 + 10 + 5
+    assert sessions.sids and sessions.leftovers() == []
+
+
+def test_timeout_before_any_phase(tiny_config):
+    spec = make_spec(tiny_config, trial_id="three-s", phases=["train"])
+    with TrialSessions() as sessions:
+        result = launch_trial(spec, timeout_s=1, grace_s=2)
+    assert result.status == "timeout" and result.error_type == "TrialTimeout"
+    assert sessions.leftovers() == []
+
+
+def test_a_trial_killed_without_a_result_is_an_error_with_its_signal(tiny_config):
+    spec = make_spec(tiny_config, trial_id="killed", phases=["train"])
+    results = []
+    with TrialSessions() as sessions:
+        worker = threading.Thread(target=lambda: results.append(launch_trial(spec, 120)))
+        worker.start()
+        deadline = time.monotonic() + 30
+        while not sessions.sids and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        os.kill(next(iter(sessions.sids)), signal.SIGKILL)  # as the kernel's OOM killer would
+        worker.join(60)
+    (result,) = results
+    assert (result.status, result.error_type) == ("error", "TrialProcessDied")
+    assert "killed by SIGKILL" in result.error_message
+    assert sessions.leftovers() == []

@@ -1,0 +1,45 @@
+"""``run_trial`` in this process: it never raises."""
+
+from __future__ import annotations
+
+from trial_helpers import make_spec
+
+from trials import run_trial
+
+
+def test_train_only_trial_composes_its_step(tiny_config):
+    spec = make_spec(tiny_config, phases=["train"], n_gpus=4)
+    progress = []
+    result = run_trial(spec, on_progress=lambda r: progress.append(r.phase))
+    assert result.status == "ok", result.error_message
+    assert progress == ["startup", "old_log_prob", "ref_log_prob", "update_actor"]
+    parts = sum(result.phase_timings_s[k] for k in ("old_log_prob", "ref_log_prob", "update_actor"))
+    assert abs(result.metrics["step_time_s"] - parts) < 1e-9
+    assert result.metrics["train_peak_memory_gib"] > 0
+    assert result.device.startswith("cpu: ") and result.hostname
+
+
+def test_unknown_engine_becomes_an_error_result(tiny_config):
+    spec = make_spec(tiny_config, phases=["rollout"])
+    spec.rollout.engine = "tgi"
+    result = run_trial(spec)
+    assert (result.status, result.phase, result.error_type) == (
+        "error",
+        "startup",
+        "UnknownBackend",
+    )
+    assert "valid engines: vllm" in result.error_message
+    assert "UnknownBackend" in result.log_tail  # the traceback was captured
+
+
+def test_inconsistent_spec_is_refused_before_any_phase(tiny_config):
+    spec = make_spec(tiny_config, response_lengths=[8])
+    result = run_trial(spec)
+    assert (result.status, result.phase, result.error_type) == ("error", None, "InvalidTrialSpec")
+
+
+def test_a_request_longer_than_max_model_len_is_refused(tiny_config):
+    spec = make_spec(tiny_config)
+    spec.rollout.max_model_len = 64
+    result = run_trial(spec)
+    assert result.status == "error" and "Raise max_model_len" in result.error_message

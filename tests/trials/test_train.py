@@ -1,0 +1,42 @@
+"""The train phase in this process on the tiny model (no engine)."""
+
+from __future__ import annotations
+
+import pytest
+from trial_helpers import make_spec
+
+from trials.errors import ConfigRejected
+from trials.phases import phase_of
+from trials.train import run_train
+
+
+def test_train_measures_every_sub_phase(tiny_config):
+    spec = make_spec(tiny_config, phases=["train"])
+    metrics, timings = {}, {}
+    run_train(spec, "float32", metrics, timings)
+    assert set(timings) == {"old_log_prob", "ref_log_prob", "update_actor"}
+    tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
+    assert metrics["train_tokens"] == tokens
+    for name in timings:
+        assert metrics[f"{name}_tokens_per_s"] == pytest.approx(tokens / timings[name])
+    assert timings["update_actor"] > timings["old_log_prob"]  # fwd+bwd costs more than fwd
+    assert metrics["optimizer_step_s"] > 0
+
+
+def test_dynamic_batch_size_and_no_reference_model(tiny_config):
+    spec = make_spec(tiny_config, phases=["train"])
+    spec.train.use_dynamic_bsz = True
+    spec.train.use_ref = False
+    spec.train.ppo_max_token_len_per_gpu = 256
+    metrics, timings = {}, {}
+    run_train(spec, "float32", metrics, timings)
+    assert set(timings) == {"old_log_prob", "update_actor"}
+
+
+def test_token_budget_below_the_longest_sequence_is_rejected_in_its_phase(tiny_config):
+    spec = make_spec(tiny_config, phases=["train"])
+    spec.train.use_dynamic_bsz = True
+    spec.train.ppo_max_token_len_per_gpu = 64
+    with pytest.raises(ConfigRejected) as info:
+        run_train(spec, "float32", {}, {})
+    assert phase_of(info.value) == "update_actor"

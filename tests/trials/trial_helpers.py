@@ -1,0 +1,45 @@
+"""Spec builders for the trial worker's tests (the tiny model on CPU)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_CONFIG = REPO / "autotuner" / "catalog" / "tiny.json"
+
+
+def make_spec(config: dict, trial_id: str = "t", requests: int = 32, **overrides) -> TrialSpec:
+    """A CPU spec for the tiny model: ``requests`` requests/sequences of 16-64 tokens each side."""
+    rng = random.Random(0)
+    prompts = [rng.randrange(16, 64) for _ in range(requests)]
+    responses = [rng.randrange(16, 64) for _ in range(requests)]
+    spec = TrialSpec(
+        trial_id=trial_id,
+        model_name="tiny",
+        model_config=config,
+        device="cpu",
+        rollout=RolloutKnobs(
+            gpu_memory_utilization=0.25,
+            max_num_seqs=32,
+            max_num_batched_tokens=1024,
+            enforce_eager=True,
+            max_model_len=256,
+        ),
+        train=TrainKnobs(
+            ppo_micro_batch_size_per_gpu=4,
+            log_prob_micro_batch_size_per_gpu=8,
+            ref_log_prob_micro_batch_size_per_gpu=8,
+        ),
+        prompt_lengths=prompts,
+        response_lengths=responses,
+        train_prompt_lengths=list(prompts),
+        train_response_lengths=list(responses),
+        local_mini_batch_size=16,
+        device_memory_cap_gib=2.0,
+    )
+    for key, value in overrides.items():
+        setattr(spec, key, value)
+    return spec

@@ -1,0 +1,43 @@
+"""Watch the trial processes ``launch_trial`` starts, to check none outlives it."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from trials.launcher import session_processes
+
+
+class TrialSessions:
+    """Records the sessions led by children of this process while the block runs."""
+
+    def __init__(self) -> None:
+        self.sids: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TrialSessions:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = os.getpid()
+        while not self._stop.wait(0.05):
+            for entry in os.listdir("/proc"):
+                if not entry.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == me and int(fields[3]) == int(entry):
+                    self.sids.add(int(entry))
+
+    def leftovers(self) -> list[int]:
+        """Live processes still in any recorded session."""
+        return [pid for sid in self.sids for pid in session_processes(sid)]

@@ -1,0 +1,95 @@
+"""``python -m trials run --spec SPEC.json --out RESULT.json [--progress PROGRESS.json]``
+
+Runs one trial in this fresh process and writes its ``TrialResult`` as JSON; logs go to
+stderr. ``--progress`` is rewritten at each phase entry with the partial result, so a
+launcher that kills this process at its deadline can still tell where it was.
+
+When this process leads its own process group (``launch_trial`` starts it so), SIGTERM
+kills the whole group at once (the engine's processes included), and the process asks
+the kernel for SIGTERM when its parent dies, so an abandoned trial does not linger.
+The ``__main__`` guard matters: vLLM spawns its engine by re-importing this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+
+
+def _write_json(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _guard_process_group() -> None:
+    if os.getpgrp() != os.getpid():
+        return  # run by hand inside someone else's group: leave signals alone
+
+    def kill_group(signum: int, frame: object) -> None:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, kill_group)
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux/glibc: the launcher's own cleanup still applies
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        kill_group(signal.SIGTERM, None)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from trials.types import TrialResult, TrialSpec
+
+    with open(args.spec) as f:
+        raw = f.read()
+    try:
+        spec = TrialSpec.from_json(raw)
+    except (TypeError, ValueError, KeyError) as exc:
+        trial_id = str(json.loads(raw).get("trial_id", "")) if raw.strip().startswith("{") else ""
+        result = TrialResult(
+            trial_id, "error", error_type="InvalidTrialSpec", error_message=str(exc)
+        )
+        _write_json(args.out, result.to_json())
+        return 0
+    from trials import run_trial
+
+    def progress(partial: TrialResult) -> None:
+        if args.progress:
+            _write_json(args.progress, partial.to_json())
+
+    result = run_trial(spec, on_progress=progress)
+    _write_json(args.out, result.to_json())
+    logging.getLogger("trials").info(
+        "trial %s: %s in %.1f s", spec.trial_id, result.status, result.wall_s
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trials")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run one trial and write its result")
+    run.add_argument("--spec", required=True, help="TrialSpec JSON file")
+    run.add_argument("--out", required=True, help="where to write the TrialResult JSON")
+    run.add_argument("--progress", default=None, help="partial result rewritten at each phase")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    _guard_process_group()
+    return _run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""Errors a trial raises about itself (engine and allocator errors pass through as they are).
+
+The runner turns every exception into a ``TrialResult``; these classes only make the
+``error_type`` of the trial's own checks say what went wrong.
+"""
+
+from __future__ import annotations
+
+
+class TrialError(Exception):
+    """Root of the errors the trial worker raises itself."""
+
+
+class InvalidTrialSpec(TrialError):
+    """Raised before any phase runs when the spec is inconsistent (lengths, phases, sizes)."""
+
+
+class UnknownBackend(TrialError):
+    """Raised when a rollout engine name is not registered; the message lists the valid ones."""
+
+
+class GenerationMismatch(TrialError):
+    """Raised when the engine generated a different number of tokens than a request asked for."""
+
+
+class ConfigRejected(TrialError):
+    """Raised when a knob combination cannot run at all (e.g. a sequence longer than the
+    dynamic-batching token budget), mirroring the check verl itself makes."""

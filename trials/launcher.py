@@ -1,0 +1,216 @@
+"""``launch_trial``: run one trial in a fresh process and always come back with a result.
+
+The trial runs as ``python -m trials run`` in a new process session (its own process
+group), so the engine's processes can be killed with it. Spec, result and progress
+travel through files in a temporary directory; stdout and stderr go to a log file whose
+tail ends up in the result. Outcomes:
+
+- the process wrote a result: that result (its ``log_tail`` filled from the log when
+  it failed without one);
+- the deadline passed: the group gets SIGTERM, then SIGKILL after ``grace_s``; status
+  ``timeout`` with the phase and metrics it had reached (from the progress file);
+- the process died without a result (a signal, the kernel's OOM killer): status
+  ``oom`` when it was SIGKILLed and the log tail or the cgroup's ``oom_kill`` counter
+  show memory exhaustion, otherwise ``error``, with the exit code or signal.
+
+Whatever the outcome, every process left in the trial's session is killed before this
+returns, so the next trial starts on a clean machine. Imports no torch and no engine:
+the control plane wraps this function in a Ray task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from trials.failures import classify_text
+from trials.types import TrialResult, TrialSpec
+
+LOG_TAIL_CHARS = 12_000
+SWEEP_WAIT_S = 10.0
+_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+
+
+def launch_trial(
+    spec: TrialSpec,
+    timeout_s: float,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
+    grace_s: float = 10.0,
+) -> TrialResult:
+    """Run ``spec`` with ``python`` (an engine's environment), killing it after ``timeout_s``.
+
+    ``env`` adds variables to this process's environment for the trial. Never raises
+    for a trial's failure; see the module docstring for the statuses.
+    """
+    workdir = Path(tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-"))
+    try:
+        return _launch(spec, timeout_s, python, env or {}, grace_s, workdir)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _launch(
+    spec: TrialSpec,
+    timeout_s: float,
+    python: str,
+    extra_env: dict[str, str],
+    grace_s: float,
+    workdir: Path,
+) -> TrialResult:
+    spec_path, out_path = workdir / "spec.json", workdir / "result.json"
+    progress_path, log_path = workdir / "progress.json", workdir / "trial.log"
+    spec_path.write_text(spec.to_json())
+    cmd = [
+        python,
+        "-m",
+        "trials",
+        "run",
+        "--spec",
+        str(spec_path),
+        "--out",
+        str(out_path),
+        "--progress",
+        str(progress_path),
+    ]
+    oom_kills_before = _cgroup_oom_kills()
+    start = time.monotonic()
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=_child_env(extra_env),
+            cwd=str(workdir),
+        )
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:
+        _kill_session(proc, grace_s)
+    wall_s = time.monotonic() - start
+    log_tail = _tail(log_path)
+    if timed_out:
+        result = _from_progress(spec, progress_path, "timeout")
+        result.error_type = "TrialTimeout"
+        result.error_message = (
+            f"the trial did not finish within {timeout_s:g} s; its process group was killed"
+        )
+    elif out_path.exists():
+        result = TrialResult.from_json(out_path.read_text())
+    else:
+        result = _from_progress(spec, progress_path, "error")
+        killed = proc.returncode == -signal.SIGKILL
+        memory = classify_text(log_tail) == "oom" or _cgroup_oom_kills() > oom_kills_before
+        result.status = "oom" if killed and memory else "error"
+        result.error_type = "TrialProcessDied"
+        result.error_message = (
+            f"the trial process {_exit_text(proc.returncode)} without writing a result"
+        )
+    if result.status != "ok" and not result.log_tail:
+        result.log_tail = log_tail
+    result.wall_s = wall_s  # what the trial cost, interpreter start-up and clean-up included
+    return result
+
+
+def _child_env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(extra)
+    # Let any interpreter find this package, whatever its own site-packages hold.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _from_progress(spec: TrialSpec, progress_path: Path, status: str) -> TrialResult:
+    """A result carrying the phase and metrics the trial had reached."""
+    result = TrialResult(spec.trial_id, status)  # type: ignore[arg-type]
+    try:
+        partial = TrialResult.from_json(progress_path.read_text())
+    except (OSError, ValueError, TypeError):
+        return result
+    result.phase, result.device, result.hostname = partial.phase, partial.device, partial.hostname
+    result.metrics, result.phase_timings_s = partial.metrics, partial.phase_timings_s
+    return result
+
+
+def _exit_text(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4 * LOG_TAIL_CHARS))
+            return f.read().decode("utf-8", errors="replace")[-LOG_TAIL_CHARS:]
+    except OSError:
+        return ""
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes in session ``sid``, from /proc."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, session = fields[0], int(fields[3])
+        if session == sid and state not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+def _signal_session(sid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(sid, sig)
+    for pid in session_processes(sid):  # members that left the group but not the session
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _kill_session(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM, then SIGKILL after ``grace_s``, everything in the trial's session; reap."""
+    sid = proc.pid  # start_new_session: the child leads its session and group
+    if proc.poll() is None:
+        _signal_session(sid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    deadline = time.monotonic() + grace_s
+    while session_processes(sid) and time.monotonic() < deadline and proc.poll() is not None:
+        time.sleep(0.1)  # the trial's children are shutting down after it exited
+    deadline = time.monotonic() + SWEEP_WAIT_S
+    while (proc.poll() is None or session_processes(sid)) and time.monotonic() < deadline:
+        _signal_session(sid, signal.SIGKILL)
+        time.sleep(0.1)
+    proc.wait()
+
+
+def _cgroup_oom_kills() -> int:
+    """This cgroup's ``oom_kill`` count (cgroup v2), or 0 where it cannot be read."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next(line.split(":", 2)[2].strip() for line in f if line.startswith("0::"))
+        events = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events"
+        for line in events.read_text().splitlines():
+            key, value = line.split()
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return 0

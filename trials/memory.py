@@ -1,0 +1,156 @@
+"""Peak memory of a phase, sampled on a background thread.
+
+``PeakMemorySampler`` is a context manager: entering starts a daemon thread that samples
+every ``interval_s`` (default 50 ms) until exit; ``peak_gib`` is then the phase's peak.
+
+- ``cuda``: the device is the resource, so the peak is absolute and per device: the
+  larger of NVML's used memory on the fullest visible GPU (the vLLM engine allocates
+  from its own processes, which torch in this process cannot see; with tensor
+  parallelism it spans several GPUs, each of which must fit) and this process's
+  ``torch.cuda.max_memory_allocated`` (reset on entry).
+- ``cpu``: the sum of the RSS of this process and all its descendants (recursive),
+  minus that sum on entry: the memory the phase added. The CPU memory cap is enforced
+  relative to the same baseline (see ``memory_cap``), so a feasible phase reports a
+  peak within the cap. The baseline is kept in ``baseline_gib``.
+
+One sampler per phase; not reusable. Sampling errors (a child exiting mid-read) are
+skipped, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from types import TracebackType
+
+GIB = float(1 << 30)
+
+
+def process_tree_rss_bytes() -> int:
+    """RSS of this process plus all of its descendants, in bytes."""
+    import psutil
+
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            continue
+    return total
+
+
+class _NvmlProbe:
+    """Memory of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``), via NVML."""
+
+    def __init__(self) -> None:
+        import pynvml
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        self._handles = [self._handle(token) for token in _visible_gpu_tokens(pynvml)]
+
+    def _handle(self, token: str):  # type: ignore[no-untyped-def]
+        if token.startswith(("GPU-", "MIG-")):
+            return self._nvml.nvmlDeviceGetHandleByUUID(token)
+        return self._nvml.nvmlDeviceGetHandleByIndex(int(token))
+
+    def used_bytes(self) -> int:
+        """Used memory of the fullest visible GPU (a tensor-parallel engine spans several)."""
+        return max((self._nvml.nvmlDeviceGetMemoryInfo(h).used for h in self._handles), default=0)
+
+    def total_bytes(self) -> int:
+        """Capacity of the smallest visible GPU."""
+        return min((self._nvml.nvmlDeviceGetMemoryInfo(h).total for h in self._handles), default=0)
+
+    def close(self) -> None:
+        self._nvml.nvmlShutdown()
+
+
+def _visible_gpu_tokens(pynvml) -> list[str]:  # type: ignore[no-untyped-def]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
+    return [t.strip() for t in visible.split(",") if t.strip()]
+
+
+class PeakMemorySampler:
+    """Samples memory while a phase runs (see the module docstring for what is counted)."""
+
+    def __init__(self, device: str, interval_s: float = 0.05) -> None:
+        self.device = device
+        self.interval_s = interval_s
+        self.baseline_gib = 0.0
+        self._peak_bytes = 0
+        self._baseline_bytes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._nvml: _NvmlProbe | None = None
+
+    @property
+    def peak_gib(self) -> float:
+        return self._peak_bytes / GIB
+
+    def __enter__(self) -> PeakMemorySampler:
+        if self.device == "cuda":
+            self._start_cuda()
+        else:
+            self._baseline_bytes = process_tree_rss_bytes()
+            self.baseline_gib = self._baseline_bytes / GIB
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._sample()
+        if self._nvml is not None:
+            self._nvml.close()
+
+    def _start_cuda(self) -> None:
+        import torch
+
+        torch.cuda.reset_peak_memory_stats()
+        try:
+            self._nvml = _NvmlProbe()
+        except Exception:  # no NVML (driver mismatch, container): torch's view only
+            self._nvml = None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def _sample(self) -> None:
+        try:
+            now = self._read()
+        except Exception:
+            return
+        self._peak_bytes = max(self._peak_bytes, now)
+
+    def _read(self) -> int:
+        if self.device != "cuda":
+            return max(0, process_tree_rss_bytes() - self._baseline_bytes)
+        import torch
+
+        used = self._nvml.used_bytes() if self._nvml is not None else 0
+        return max(used, torch.cuda.max_memory_allocated())
+
+
+def gpu_total_gib() -> float | None:
+    """Capacity of the smallest visible GPU in GiB (NVML: CUDA stays uninitialised), or None."""
+    try:
+        probe = _NvmlProbe()
+    except Exception:
+        return None
+    try:
+        return probe.total_bytes() / GIB or None
+    finally:
+        probe.close()

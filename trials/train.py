@@ -1,0 +1,292 @@
+"""The train phase: verl's three actor sub-phases, measured on real fwd/bwd steps.
+
+Order and batching follow verl: ``old_log_prob`` (forward only, micro-batches of
+``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same on the reference model at
+``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``), ``update_actor``
+(forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``, gradients
+accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts micro-batches
+by token budget instead (see ``batching``).
+
+Each sub-phase first runs its largest micro-batch once, untimed (the update also takes
+an optimizer step, which allocates AdamW's state), so a configuration that does not fit
+fails here. Then at most ``max_timed_micro_batches`` micro-batches, spread evenly over
+the plan, are timed. The sub-phase's time for the rank's whole batch is estimated as
+``real tokens / measured rate`` (padding excluded), plus, for the update, one timed
+optimizer step per mini-batch, plus any parameter/optimizer offload moves (CUDA only,
+as verl's ``param_offload``/``optimizer_offload``: the state lives on the CPU outside
+its sub-phase). ``<sub-phase>_tokens_per_s`` is the batch's tokens over that time.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from trials import actor
+from trials.batching import MicroBatch, evenly_spaced, log_prob_plan, update_plan
+from trials.device import dtype_bits
+from trials.errors import InvalidTrialSpec, TrialError
+from trials.phases import in_phase
+from trials.types import TrialSpec
+from trials.workload import random_sequences
+
+log = logging.getLogger(__name__)
+
+ADAMW_LR = 1e-6
+
+
+@dataclass
+class _Setup:
+    spec: TrialSpec
+    device: torch.device
+    autocast: torch.dtype | None
+    sequences: list[np.ndarray]
+    response_lengths: list[int]
+    lengths: list[int]
+
+    @property
+    def offload_to(self) -> torch.device:
+        return torch.device("cpu")
+
+    def tensors(self, mb: MicroBatch) -> actor.MicroBatchTensors:
+        return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
+
+def check_train_spec(spec: TrialSpec) -> None:
+    p, r = spec.train_prompt_lengths, spec.train_response_lengths
+    if not p or len(p) != len(r):
+        raise InvalidTrialSpec(
+            f"train_prompt_lengths ({len(p)}) and train_response_lengths ({len(r)}) must be "
+            "non-empty and of equal length for the train phase"
+        )
+    if min(p) < 1 or min(r) < 1:
+        raise InvalidTrialSpec("every train prompt and response length must be >= 1")
+    train_plans(spec)  # a knob verl would reject fails here, before any engine starts
+    if spec.max_timed_micro_batches < 1:
+        raise InvalidTrialSpec(
+            f"max_timed_micro_batches must be >= 1, got {spec.max_timed_micro_batches}"
+        )
+
+
+def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
+    """Each sub-phase's micro-batches; a rejected knob is tagged with its sub-phase."""
+    t = spec.train
+    pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
+    lengths = [p + r for p, r in pairs]
+    knob = "log_prob_max_token_len_per_gpu"
+    builders = {
+        "old_log_prob": lambda: log_prob_plan(
+            lengths,
+            t.log_prob_micro_batch_size_per_gpu,
+            t.use_dynamic_bsz,
+            t.log_prob_max_token_len_per_gpu,
+            knob,
+        ),
+        "ref_log_prob": lambda: log_prob_plan(
+            lengths,
+            t.ref_log_prob_micro_batch_size_per_gpu,
+            t.use_dynamic_bsz,
+            t.log_prob_max_token_len_per_gpu,
+            knob,
+        ),
+        "update_actor": lambda: update_plan(
+            lengths,
+            spec.local_mini_batch_size,
+            t.ppo_micro_batch_size_per_gpu,
+            t.use_dynamic_bsz,
+            t.ppo_max_token_len_per_gpu,
+        ),
+    }
+    plans = {}
+    if not t.use_ref:
+        del builders["ref_log_prob"]
+    for name, build in builders.items():
+        try:
+            plans[name] = build()
+        except TrialError as exc:
+            exc.trial_phase = name  # type: ignore[attr-defined]
+            raise
+    return plans
+
+
+def run_train(
+    spec: TrialSpec, dtype: str, metrics: dict[str, float], timings: dict[str, float]
+) -> None:
+    """Measure the sub-phases into ``metrics``/``timings`` as they finish (partial on failure).
+
+    Exceptions propagate, tagged with the sub-phase they happened in.
+    """
+    check_train_spec(spec)
+    t = spec.train
+    pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
+    lengths = [p + r for p, r in pairs]
+    setup = _Setup(
+        spec=spec,
+        device=torch.device(spec.device),
+        autocast=None if dtype == "float32" else actor.torch_dtype(dtype),
+        sequences=random_sequences(spec.model_config, lengths, spec.seed + 1),
+        response_lengths=list(spec.train_response_lengths),
+        lengths=lengths,
+    )
+    metrics["train_dtype_bits"] = dtype_bits(dtype)
+    metrics["train_tokens"] = float(sum(lengths))
+    offload = t.param_offload and setup.device.type == "cuda"
+    with in_phase("startup"):
+        t0 = time.perf_counter()
+        model = actor.build_causal_lm(
+            spec.model_config, torch.float32, setup.device, t.enable_gradient_checkpointing
+        )
+        optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
+        if offload:
+            actor.move_model(model, setup.offload_to)
+        metrics["train_model_build_s"] = time.perf_counter() - t0
+    plans = train_plans(spec)
+    with in_phase("old_log_prob"):
+        model.eval()
+        seconds = _forward_phase(setup, model, plans["old_log_prob"], offload)
+        _record("old_log_prob", seconds, metrics, timings)
+    if t.use_ref:
+        with in_phase("ref_log_prob"):
+            _run_ref(setup, dtype, plans["ref_log_prob"], offload, metrics, timings)
+    with in_phase("update_actor"):
+        model.train()
+        plan = plans["update_actor"]
+        seconds, step_s = _update_phase(setup, model, optimizer, plan, offload, t.optimizer_offload)
+        metrics["optimizer_step_s"] = step_s
+        _record("update_actor", seconds, metrics, timings)
+    del model, optimizer
+    _release(setup.device)
+
+
+def _record(
+    name: str, seconds: float, metrics: dict[str, float], timings: dict[str, float]
+) -> None:
+    timings[name] = seconds
+    metrics[f"{name}_tokens_per_s"] = metrics["train_tokens"] / seconds
+    log.info(
+        "%s: %.3f s for the batch (%.0f tokens/s)", name, seconds, metrics[f"{name}_tokens_per_s"]
+    )
+
+
+def _run_ref(
+    setup: _Setup,
+    dtype: str,
+    plan: list[MicroBatch],
+    offload: bool,
+    metrics: dict[str, float],
+    timings: dict[str, float],
+) -> None:
+    ref = actor.build_causal_lm(
+        setup.spec.model_config,
+        actor.torch_dtype(dtype),
+        setup.device,
+        gradient_checkpointing=False,
+    )
+    ref.eval()
+    if offload:
+        actor.move_model(ref, setup.offload_to)
+    _record("ref_log_prob", _forward_phase(setup, ref, plan, offload), metrics, timings)
+    del ref
+    _release(setup.device)
+
+
+def _timed(setup: _Setup, fn: Callable[[], object]) -> float:
+    setup.sync()
+    t0 = time.perf_counter()
+    fn()
+    setup.sync()
+    return time.perf_counter() - t0
+
+
+def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
+    def padded(mb: MicroBatch) -> int:
+        return len(mb.indices) * max(setup.lengths[i] for i in mb.indices)
+
+    return max(plan, key=padded)
+
+
+def _forward_phase(
+    setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch], offload: bool
+) -> float:
+    moves_s = _timed(setup, lambda: actor.move_model(model, setup.device)) if offload else 0.0
+
+    def forward(mb: MicroBatch) -> None:
+        with torch.no_grad():
+            actor.response_log_probs(model, setup.tensors(mb), setup.autocast)
+
+    forward(_largest(setup, plan))
+    rate = _measure_rate(setup, plan, forward)
+    if offload:
+        moves_s += _timed(setup, lambda: actor.move_model(model, setup.offload_to))
+    return sum(setup.lengths) / rate + moves_s
+
+
+def _measure_rate(
+    setup: _Setup, plan: list[MicroBatch], step: Callable[[MicroBatch], None]
+) -> float:
+    """Real tokens per second over the evenly spaced timed micro-batches."""
+    tokens, seconds = 0, 0.0
+    for k in evenly_spaced(len(plan), setup.spec.max_timed_micro_batches):
+        mb = plan[k]
+        seconds += _timed(setup, lambda mb=mb: step(mb))
+        tokens += sum(setup.lengths[i] for i in mb.indices)
+    return tokens / seconds
+
+
+def _update_phase(
+    setup: _Setup,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    plan: list[MicroBatch],
+    param_offload: bool,
+    optimizer_offload: bool,
+) -> tuple[float, float]:
+    """(estimated seconds for the batch, one optimizer step's seconds)."""
+    on_cuda = setup.device.type == "cuda"
+    moves_s = 0.0
+    if param_offload:
+        moves_s += _timed(setup, lambda: actor.move_model(model, setup.device))
+    if optimizer_offload and on_cuda:
+        moves_s += _timed(setup, lambda: actor.move_optimizer_state(optimizer, setup.device))
+    mini_batch_size = setup.spec.local_mini_batch_size
+    generator = torch.Generator().manual_seed(setup.spec.seed + 2)
+
+    def forward_backward(mb: MicroBatch) -> None:
+        tensors = setup.tensors(mb)
+        advantages = torch.randn(tensors.labels.shape, generator=generator).to(setup.device)
+        log_probs = actor.response_log_probs(model, tensors, setup.autocast)
+        loss = actor.policy_loss(log_probs, tensors, advantages) * (
+            len(mb.indices) / mini_batch_size
+        )
+        loss.backward()
+
+    def optimizer_step() -> None:
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    forward_backward(_largest(setup, plan))
+    optimizer_step()  # allocates AdamW's state: the memory peak of the step
+    rate = _measure_rate(setup, plan, forward_backward)
+    step_s = _timed(setup, optimizer_step)
+    steps = sum(1 for mb in plan if mb.ends_mini_batch)
+    if optimizer_offload and on_cuda:
+        moves_s += _timed(setup, lambda: actor.move_optimizer_state(optimizer, setup.offload_to))
+    if param_offload:
+        moves_s += _timed(setup, lambda: actor.move_model(model, setup.offload_to))
+    return sum(setup.lengths) / rate + steps * step_s + moves_s, step_s
+
+
+def _release(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,154 @@
+"""The contract between the control plane and a trial worker: plain, JSON-serialisable data.
+
+A `TrialSpec` says everything a worker needs to benchmark one configuration; a
+`TrialResult` is everything it measured. Neither imports torch or an engine, so the
+control plane can build and read them without the worker's dependencies.
+
+Knob dictionaries use verl's own names (the last component of the Hydra path, e.g.
+``gpu_memory_utilization``); the rollout backend maps them to its engine's arguments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TrialStatus = Literal["ok", "oom", "error", "timeout"]
+TRIAL_STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
+PHASES: tuple[str, ...] = ("startup", "rollout", "old_log_prob", "ref_log_prob", "update_actor")
+
+
+@dataclass
+class RolloutKnobs:
+    """Rollout-engine knobs, named as in ``actor_rollout_ref.rollout.*``."""
+
+    engine: str = "vllm"
+    gpu_memory_utilization: float = 0.5
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    tensor_model_parallel_size: int = 1
+    enforce_eager: bool = False
+    max_model_len: int = 1024
+    cudagraph_capture_sizes: list[int] | None = None
+    free_cache_engine: bool = True
+    # Raw engine arguments merged last (verl's rollout.engine_kwargs.<engine>).
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TrainKnobs:
+    """Actor/ref knobs, named as in ``actor_rollout_ref.{actor,ref,model}.*``."""
+
+    ppo_micro_batch_size_per_gpu: int = 4
+    log_prob_micro_batch_size_per_gpu: int = 4
+    ref_log_prob_micro_batch_size_per_gpu: int = 4
+    enable_gradient_checkpointing: bool = True
+    param_offload: bool = False
+    optimizer_offload: bool = False
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    log_prob_max_token_len_per_gpu: int = 16384
+    use_ref: bool = True
+
+
+@dataclass
+class TrialSpec:
+    """One configuration to benchmark, with the workload it is measured on.
+
+    Lengths are drawn by the control plane (seeded), so every trial of a job sees the
+    same requests. ``prompt_lengths`` has one entry per request the rollout replica
+    serves; ``response_lengths`` has the same length and gives each request's
+    ``max_tokens`` (generated with ``ignore_eos``). ``train_prompt_lengths`` and
+    ``train_response_lengths`` are the sequences one data-parallel rank processes in
+    one PPO step (its share of ``train_batch_size * n``).
+    """
+
+    trial_id: str
+    model_name: str
+    model_config: dict[str, Any]
+    dtype: str = "bfloat16"
+    device: Literal["cuda", "cpu"] = "cuda"
+    phases: list[str] = field(default_factory=lambda: ["rollout", "train"])
+    rollout: RolloutKnobs = field(default_factory=RolloutKnobs)
+    train: TrainKnobs = field(default_factory=TrainKnobs)
+    prompt_lengths: list[int] = field(default_factory=list)
+    response_lengths: list[int] = field(default_factory=list)
+    train_prompt_lengths: list[int] = field(default_factory=list)
+    train_response_lengths: list[int] = field(default_factory=list)
+    # Consecutive groups of this many requests share one prompt (verl's rollout.n), so
+    # the engine's prefix cache sees what it sees in verl. 1: every prompt is distinct.
+    samples_per_prompt: int = 1
+    # Sequences per optimizer step on this rank (ppo_mini_batch_size * n / dp).
+    local_mini_batch_size: int = 4
+    # GPUs in the trainer world the step throughput is divided by (verl's n_gpus).
+    n_gpus: int = 1
+    # Rollout replicas in that world (n_gpus // TP); each serves its share of requests.
+    rollout_replicas: int = 1
+    # Cap on the memory one device may use (GiB). On CPU it is enforced as a real
+    # allocation limit on the trial process; None means the device's own capacity.
+    device_memory_cap_gib: float | None = None
+    # At most this many micro-batches are timed per train sub-phase (after a warm-up);
+    # the step time for the whole local batch is derived from the measured token rate.
+    max_timed_micro_batches: int = 4
+    warmup_requests: int = 4
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialSpec:
+        data = dict(data)
+        data["rollout"] = RolloutKnobs(**data.get("rollout", {}))
+        data["train"] = TrainKnobs(**data.get("train", {}))
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialSpec:
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass
+class TrialResult:
+    """What a trial measured, or how it failed.
+
+    ``status`` is ``ok`` only when every requested phase ran to completion. On a
+    failure ``phase`` names the phase it happened in (see ``PHASES``) and
+    ``error_type``/``error_message`` say what happened; metrics measured before the
+    failure are kept. Metric names carry their units (``_s``, ``_gib``, ``_per_s``).
+    """
+
+    trial_id: str
+    status: TrialStatus
+    phase: str | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    device: str = ""
+    hostname: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    phase_timings_s: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrialResult:
+        return cls.from_dict(json.loads(text))
