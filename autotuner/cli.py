@@ -1,4 +1,5 @@
-"""The `autotuner` command: tune, demo, resume, export, jobs, doctor, models."""
+"""The `autotuner` command: tune, demo, resume, export, jobs, doctor, models; serve the API,
+and submit, status (and export --server) as its client."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import typer
 from rich.console import Console
@@ -27,12 +28,19 @@ from autotuner.study import RunHooks, open_study
 from autotuner.summary import THROUGHPUT, JobSummary, best, front
 from storage import JobRecord, StorageError
 
+if TYPE_CHECKING:
+    import httpx
+
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Find the fastest verl RL-training config by measuring real trials.")
-console = Console()
+# Tables are wide (knob names): don't squeeze them into 80 columns when piped.
+console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Where the chosen config is written.")]
+TokenOpt = Annotated[str | None, typer.Option(
+    envvar="AUTOTUNER_API_TOKEN", show_default=False,
+    help="Bearer token of the autotuner server (default: AUTOTUNER_API_TOKEN).")]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -81,16 +89,29 @@ def _trial_line(rec: TrialRecord) -> str:
     return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}"
 
 
+def _short(path: str, among: list[str]) -> str:
+    """The shortest dotted suffix of ``path`` that no other path in ``among`` ends with."""
+    parts = path.split(".")
+    for i in range(len(parts) - 1, -1, -1):
+        suffix = ".".join(parts[i:])
+        if not [p for p in among if p != path and (p == suffix or p.endswith("." + suffix))]:
+            return suffix
+    return path
+
+
 def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -> Table:
     table = Table(title=f"Pareto front ({len(summary.pareto)} of {len(recs)} trials)")
     for col in ("trial", "tok/s/GPU", "peak GiB", "step s", "rollout gen tok/s", "knobs"):
         table.add_column(col, justify="right" if col != "knobs" else "left")
     by_number = {r.number: r for r in recs}
+    # Show the knobs that differ between measured trials: the ones the search moved.
+    measured = [r.config for r in recs if r.measured and r.config]
+    varied = sorted({k for c in measured for k in c
+                     if len({json.dumps(m.get(k)) for m in measured}) > 1})
     for number in summary.pareto:
         r = by_number[number]
         mark = " *" if number == summary.best else ""
-        knobs = ", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in sorted(r.config.items())
-                          if not k.endswith("max_model_len"))
+        knobs = " ".join(f"{_short(k, varied)}={r.config[k]}" for k in varied if k in r.config)
         table.add_row(f"{number}{mark}", f"{r.metric(THROUGHPUT) or 0:.1f}",
                       f"{r.metric('peak_memory_gib') or 0:.2f}", f"{r.metric('step_time_s') or 0:.2f}",
                       f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}", knobs)
@@ -183,8 +204,15 @@ def export_cmd(job_id: str,
                trial: Annotated[int | None, typer.Option(help="Trial number; default: the best.")] = None,
                fmt: Annotated[Literal["yaml", "overrides"], typer.Option("--format")] = "yaml",
                max_peak_memory_gib: Annotated[float | None, typer.Option(
-                   help="Choose the best trial under this peak memory.")] = None) -> None:
+                   help="Choose the best trial under this peak memory.")] = None,
+               server: Annotated[str | None, typer.Option(
+                   help="Fetch it from this autotuner server instead of the local database.")
+               ] = None,
+               token: TokenOpt = None) -> None:
     """Print a trial's config as verl YAML or Hydra overrides."""
+    if server is not None:
+        sys.stdout.write(_remote_export(server, token, job_id, trial, fmt, max_peak_memory_gib))
+        return
     ctx = _context()
     try:
         job = ctx.store.get(job_id)
@@ -288,6 +316,133 @@ def doctor() -> None:
         console.print(f"ray: FAILED ({exc})")
         ok = False
     raise typer.Exit(0 if ok else 1)
+
+
+# --------------------------------------------------------------------------- the service
+
+
+@app.command()
+def serve(host: Annotated[str | None, typer.Option(
+              help="Address to bind (default: AUTOTUNER_HOST, else 127.0.0.1).")] = None,
+          port: Annotated[int | None, typer.Option(
+              help="Port (default: AUTOTUNER_PORT, else 8000).")] = None,
+          log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info") -> None:
+    """Run the HTTP API (docs at /docs) and its job runner."""
+    from pydantic import ValidationError
+
+    from autotuner.settings import Settings
+
+    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        _fail("; ".join(_setting_problem(e) for e in exc.errors()))
+        return
+    import optuna
+    import uvicorn
+
+    from autotuner.api.app import create_app
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    ours = logging.getLogger("autotuner")
+    ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+
+
+def _setting_problem(error: dict) -> str:
+    msg = str(error["msg"]).removeprefix("Value error, ")
+    loc = ".".join(str(p) for p in error["loc"])
+    return f"AUTOTUNER_{loc.upper()}: {msg}" if loc else msg
+
+
+ServerOpt = Annotated[str, typer.Option(help="The autotuner server's URL.")]
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+def _request(method: str, server: str, path: str, token: str | None, **kwargs) -> httpx.Response:
+    import httpx
+
+    headers = dict(kwargs.pop("headers", {}))
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    url = server.rstrip("/") + path
+    try:
+        response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
+    except httpx.HTTPError as exc:
+        _fail(f"cannot reach the autotuner server at {server}: {exc}")
+        raise  # unreachable
+    if response.status_code >= 400:
+        _fail(f"{method} {url}: {response.status_code} {_problem(response)}")
+    return response
+
+
+def _problem(response: httpx.Response) -> str:
+    """The server's error body in one line, naming each field."""
+    try:
+        detail = response.json().get("detail")
+    except ValueError:
+        return response.text[:500]
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            loc = [str(p) for p in item.get("loc", [])]
+            loc = loc[1:] if loc[:1] == ["body"] else loc
+            parts.append(f"{'.'.join(loc) or '(job)'}: {item.get('msg')}")
+        return "; ".join(parts)
+    return str(detail)
+
+
+@app.command()
+def submit(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
+           server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """Queue a job spec on an autotuner server; print the job's id and URL."""
+    try:
+        text = job_file.read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read {job_file}: {exc.strerror}")
+        return
+    media = "application/json" if job_file.suffix.lower() == ".json" else "application/yaml"
+    created = _request("POST", server, "/v1/jobs", token, content=text,
+                       headers={"Content-Type": media}).json()
+    console.print(f"job {created['id']} {created['status']}: {created['url']}")
+
+
+@app.command()
+def status(job_id: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False
+           ) -> None:
+    """Show a job's status on an autotuner server: trials, best so far, elapsed, ETA."""
+    job = _request("GET", server, f"/v1/jobs/{job_id}", token).json()
+    if as_json:
+        sys.stdout.write(json.dumps(job, indent=2) + "\n")
+        return
+    console.print(f"job {job['id']} ({job['name']}): {job['status']}"
+                  + (f" ({job['stop_reason']})" if job.get("stop_reason") else ""))
+    console.print(f"  trials: {job['trials_done']}/{job['trials_total']}")
+    if job.get("best"):
+        b = job["best"]
+        console.print(f"  best so far: trial {b['number']}, "
+                      f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU, peak "
+                      f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}")
+    if job.get("elapsed_s") is not None:
+        eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""
+        console.print(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")
+    if job.get("error"):
+        console.print(f"  error: {job['error']}")
+
+
+def _remote_export(server: str, token: str | None, job_id: str, trial: int | None, fmt: str,
+                   max_peak_memory_gib: float | None) -> str:
+    if trial is None:
+        params = {} if max_peak_memory_gib is None else {"max_peak_memory_gib": max_peak_memory_gib}
+        best_trial = _request("GET", server, f"/v1/jobs/{job_id}/best", token, params=params)
+        trial = int(best_trial.json()["number"])
+    return _request("GET", server, f"/v1/jobs/{job_id}/trials/{trial}/config", token,
+                    params={"format": fmt}).text
 
 
 def main() -> None:  # pragma: no cover - console-script entry

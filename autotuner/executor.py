@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from trials.launcher import launch_trial
 
+from trials.launcher import launch_trial
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)

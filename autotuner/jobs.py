@@ -12,19 +12,21 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from autotuner import hardware
 from autotuner.errors import AutotunerError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, records
 from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
 from autotuner.study import RunHooks, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
 from storage import Database, JobNotOwnedError, JobRecord, JobStore
+from trials.types import TrialResult
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +74,36 @@ def build_space(spec: JobSpec, device: Literal["cuda", "cpu"], settings: Setting
     return SearchSpace.build(spec, arch, device)
 
 
-def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None) -> JobSummary:
-    """Run (or resume) a job that this process has claimed; record its end in the job row."""
-    hooks = hooks or RunHooks()
+SHUTDOWN_STOP_REASON = "shutdown"
+
+
+class _StoppableExecutor(RayExecutor):
+    """A RayExecutor whose ``cancel_all`` during a shutdown records nothing: the cancelled
+    trials stay RUNNING in the study, so the next runner marks them ``interrupted`` (not
+    measured, not counted against the budget) exactly as after a crash."""
+
+    def __init__(self, shutdown: Callable[[], bool], trial_python: str | None = None) -> None:
+        super().__init__(trial_python=trial_python)
+        self._shutdown = shutdown
+
+    def cancel_all(self) -> list[TrialResult]:
+        results = super().cancel_all()
+        return [] if self._shutdown() else results
+
+
+def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
+            shutdown: Callable[[], bool] | None = None) -> JobSummary:
+    """Run (or resume) a job that this process has claimed; record its end in the job row.
+
+    ``shutdown`` (the service's job runner) is polled with the cancel request: once it is
+    true, the trials in flight are cancelled without being recorded and the job goes back
+    to the queue, to be resumed by the next runner; the summary's stop_reason is then
+    ``SHUTDOWN_STOP_REASON``.
+    """
+    caller = hooks or RunHooks()
+    stopping = shutdown or (lambda: False)
+    hooks = RunHooks(on_record=caller.on_record, on_start=caller.on_start,
+                     stop_requested=lambda: caller.stop_requested() or stopping())
     job = ctx.store.get(job_id)
     spec = ctx.spec_of(job)
     settings = ctx.settings
@@ -90,10 +119,11 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None) -> JobS
         cpus = cluster_resources().get("CPU", 1.0)
         runner = StudyRunner(
             spec=spec, study=study, space=space,
-            executor=RayExecutor(trial_python=settings.trial_python),
+            executor=_StoppableExecutor(stopping, trial_python=settings.trial_python),
             device=device, memory_cap_gib=memory_cap_gib(spec, device, settings),
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
-            hooks=_with_progress(ctx, job_id, spec, hooks),
+            hooks=_with_progress(ctx, job_id, spec, hooks,
+                                 already=sum(1 for r in records(study) if r.measured)),
         )
         runner.enqueue_baseline()
         result = runner.run()
@@ -103,6 +133,11 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None) -> JobS
     except Exception as exc:
         ctx.store.finish(job_id, "failed", stop_reason="error", error=f"{type(exc).__name__}: {exc}")
         raise
+    if (result.stop_reason == "cancelled" and stopping()
+            and not ctx.store.is_cancel_requested(job_id)):
+        ctx.store.release(job_id, runner_id())
+        log.info("job %s: service shutting down; back in the queue to resume", job_id)
+        return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
     summary = summarize(spec, result.records, result.stop_reason)
     status = "cancelled" if result.stop_reason == "cancelled" else "succeeded"
     if status == "succeeded" and summary.best is None:
@@ -116,9 +151,11 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None) -> JobS
 HEARTBEAT_EVERY_S = 15.0
 
 
-def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks) -> RunHooks:
-    """Wrap the caller's hooks: progress in the job row, heartbeats, cancel requests."""
-    state = {"done": 0, "beat": 0.0, "lost": False}
+def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks,
+                   already: int = 0) -> RunHooks:
+    """Wrap the caller's hooks: progress in the job row (``already`` trials measured before
+    a resume count too), heartbeats, cancel requests."""
+    state = {"done": already, "beat": 0.0, "lost": False}
     me = runner_id()
 
     def on_record(record: TrialRecord) -> None:
@@ -167,3 +204,34 @@ def take_over(ctx: JobContext, job_id: str) -> JobRecord:
     if job.status != "queued":
         raise JobBusyError(f"job {job_id} is {job.status}; only queued or orphaned jobs resume")
     return ctx.store.claim(job_id, runner_id())
+
+
+def recover_orphans(ctx: JobContext, stale_after_s: float) -> list[str]:
+    """Put back in the queue the running jobs whose runner is gone; return their ids.
+
+    A runner process on this host that no longer exists is known dead at once (its job is
+    released); a runner elsewhere is presumed dead once its heartbeat is older than
+    ``stale_after_s`` (``JobStore.requeue_orphans``).
+    """
+    released = []
+    here = socket.gethostname()
+    for job in _running_jobs(ctx):
+        host, _, pid = (job.runner_id or "").rpartition(":")
+        if host != here or not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):
+            continue
+        try:
+            ctx.store.release(job.id, job.runner_id or "")
+        except JobNotOwnedError:
+            continue  # it finished or another runner took it meanwhile
+        log.warning("job %s: its runner %s is gone; back in the queue", job.id, job.runner_id)
+        released.append(job.id)
+    return released + ctx.store.requeue_orphans(stale_after_s)
+
+
+def _running_jobs(ctx: JobContext, page: int = 200) -> list[JobRecord]:
+    out: list[JobRecord] = []
+    while True:
+        rows, count = ctx.store.list(status="running", offset=len(out), limit=page)
+        out.extend(rows)
+        if not rows or len(out) >= count:
+            return out

@@ -46,6 +46,24 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(default=None, description="Bearer token for the API.")
     host: str = Field(default="127.0.0.1", description="Address the API binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port the API binds to.")
+    runner_concurrency: int = Field(
+        default=1, ge=1, le=64, description="Jobs the service runs at once (the rest wait queued)."
+    )
+    orphan_after_s: float = Field(
+        default=120.0, ge=30,
+        description="A running job whose runner sent no heartbeat for this long is requeued.",
+    )
+    max_request_bytes: int = Field(
+        default=1_048_576, ge=1024, description="Largest request body the API accepts (413 above)."
+    )
+    max_job_trials: int = Field(
+        default=1000, ge=1,
+        description="Largest budget.max_trials a job submitted over HTTP may ask.",
+    )
+    max_job_minutes: float = Field(
+        default=7 * 24 * 60, gt=0,
+        description="Largest budget.max_minutes a job submitted over HTTP may ask.",
+    )
 
     @model_validator(mode="after")
     def _safe_bind(self) -> Settings:
@@ -55,6 +73,11 @@ class Settings(BaseSettings):
                 "unset; set a token or bind to 127.0.0.1"
             )
         return self
+
+    @property
+    def loopback_bind(self) -> bool:
+        """Whether the API binds to a loopback address (reachable from this host only)."""
+        return _is_loopback(self.host)
 
     @property
     def resolved_database_url(self) -> str:

@@ -81,6 +81,7 @@ def build_trial_spec(
         train_prompt_lengths=batch.prompt_lengths[:per_rank],
         train_response_lengths=batch.response_lengths[:per_rank],
         local_mini_batch_size=w.ppo_mini_batch_size * w.n // cluster.world_size,
+        samples_per_prompt=w.n,
         n_gpus=cluster.world_size,
         rollout_replicas=replicas,
         device_memory_cap_gib=device_memory_cap_gib,

@@ -4,8 +4,12 @@ The model is built from ``model_config`` with random weights (transformers,
 ``attn_implementation="sdpa"``). The actor keeps float32 parameters, gradients and
 AdamW state and computes in the trial's dtype under autocast, like verl's FSDP actor
 (fp32 parameters, bf16 ``param_dtype``); the reference model is held in the compute
-dtype and never trained. Only this rank's share is modelled: FSDP sharding across
-``n_gpus`` and its collectives are not emulated.
+dtype and never trained (``param_offload`` applies to both, as one knob here).
+
+The trial runs one data-parallel rank on its share of the sequences, with the whole
+model on its device: FSDP's sharding of parameters, gradients and optimizer state
+across ``n_gpus``, and its collectives, are not emulated, so memory is that of an
+FSDP world of one.
 
 A micro-batch is laid out like verl's: sequences left-padded to a common length, so the
 responses end together and only the last ``max_response + 1`` positions' logits are

@@ -44,24 +44,13 @@ def describe_device(device: str) -> str:
 
 def _gpu_names() -> list[str]:
     try:  # NVML first: it does not initialise CUDA in this process
-        import pynvml
+        from trials.memory import NvmlProbe
 
-        from trials.memory import _visible_gpu_tokens
-
-        pynvml.nvmlInit()
+        probe = NvmlProbe()
         try:
-            names = []
-            for token in _visible_gpu_tokens(pynvml):
-                handle = (
-                    pynvml.nvmlDeviceGetHandleByUUID(token)
-                    if token.startswith(("GPU-", "MIG-"))
-                    else pynvml.nvmlDeviceGetHandleByIndex(int(token))
-                )
-                name = pynvml.nvmlDeviceGetName(handle)
-                names.append(name.decode() if isinstance(name, bytes) else name)
-            return names
+            return probe.names()
         finally:
-            pynvml.nvmlShutdown()
+            probe.close()
     except Exception:
         import torch
 

@@ -27,6 +27,7 @@ PATTERNS: tuple[tuple[str, str], ...] = (
     (r"std::bad_alloc", OOM),
     (r"\bMemoryError\b", OOM),
     (r"\[Errno 12\] Cannot allocate memory", OOM),
+    (r"OpenBLAS error: Memory allocation still failed", OOM),  # then exit(1)
     # vLLM start-up refusals (GPU worker, CPU worker, KV-cache sizing).
     (r"less than desired GPU memory utilization", OOM),
     (r"less than desired CPU memory utilization", OOM),

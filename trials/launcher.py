@@ -9,9 +9,11 @@ tail ends up in the result. Outcomes:
   it failed without one);
 - the deadline passed: the group gets SIGTERM, then SIGKILL after ``grace_s``; status
   ``timeout`` with the phase and metrics it had reached (from the progress file);
-- the process died without a result (a signal, the kernel's OOM killer): status
-  ``oom`` when it was SIGKILLed and the log tail or the cgroup's ``oom_kill`` counter
-  show memory exhaustion, otherwise ``error``, with the exit code or signal.
+- the process died without a result (a signal, the kernel's OOM killer, a library
+  that calls ``exit`` when an allocation fails): status ``oom`` when the end of its log
+  speaks of memory exhaustion (see ``failures``) or it was SIGKILLed while the cgroup's
+  ``oom_kill`` counter rose, otherwise ``error``; the message gives the exit code or
+  signal.
 
 Whatever the outcome, every process left in the trial's session is killed before this
 returns, so the next trial starts on a clean machine. Imports no torch and no engine:
@@ -34,6 +36,8 @@ from trials.failures import classify_text
 from trials.types import TrialResult, TrialSpec
 
 LOG_TAIL_CHARS = 12_000
+# A process that dies without a result and whose last words are about memory is ``oom``.
+DEATH_NOTE_CHARS = 2_000
 SWEEP_WAIT_S = 10.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
@@ -111,9 +115,9 @@ def _launch(
         result = TrialResult.from_json(out_path.read_text())
     else:
         result = _from_progress(spec, progress_path, "error")
-        killed = proc.returncode == -signal.SIGKILL
-        memory = classify_text(log_tail) == "oom" or _cgroup_oom_kills() > oom_kills_before
-        result.status = "oom" if killed and memory else "error"
+        oom_killed = proc.returncode == -signal.SIGKILL and _cgroup_oom_kills() > oom_kills_before
+        said_memory = classify_text(log_tail[-DEATH_NOTE_CHARS:]) == "oom"
+        result.status = "oom" if oom_killed or said_memory else "error"
         result.error_type = "TrialProcessDied"
         result.error_message = (
             f"the trial process {_exit_text(proc.returncode)} without writing a result"

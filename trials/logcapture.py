@@ -2,17 +2,23 @@
 
 Engines log from their own processes, which inherit file descriptor 2; the text that
 explains a failure (vLLM's "See root cause above") is there, not in the exception.
-``StderrTail`` points fd 2 at a pipe for the duration of a ``with`` block; a daemon
-thread copies what arrives to the original stderr (so logs still flow) and keeps the
-last ``max_chars`` characters. ``current_text()`` reads the innermost active capture.
+``StderrTail`` reads the last ``max_chars`` characters written to fd 2 during a
+``with`` block; ``current_text()`` reads the innermost active capture.
 
-Threading: enter/exit from one thread. Children still alive on exit keep writing to the
-original stderr through the copier thread, which ends when they close the pipe.
+- fd 2 is a regular file (``launch_trial``'s log): nothing is redirected; the tail is
+  read back from the file, so not a byte is lost even if the process dies abruptly.
+- otherwise (a terminal, a pipe): fd 2 points at a pipe for the block's duration and a
+  daemon thread copies what arrives to the original stderr (logs still flow), keeping
+  the tail. Children still alive on exit keep writing through the copier thread,
+  which ends when they close the pipe.
+
+Threading: enter/exit from one thread.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import threading
 import time
@@ -29,6 +35,7 @@ def current_text() -> str:
 class StderrTail:
     def __init__(self, max_chars: int = 200_000) -> None:
         self.max_chars = max_chars
+        self._file_start: int | None = None  # file mode: offset of fd 2 on entry
         self._buf = bytearray()
         self._lock = threading.Lock()
         self._saved_fd = -1
@@ -37,19 +44,19 @@ class StderrTail:
         self._copying = False
 
     def text(self) -> str:
-        """The tail so far, after what was already written has been read (<= 1 s wait)."""
+        """The tail so far (pipe mode: after what was written has been read, <= 1 s)."""
+        if self._file_start is not None:
+            return self._read_file_tail()
         self._settle()
         with self._lock:
             return bytes(self._buf[-self.max_chars :]).decode("utf-8", errors="replace")
 
     def __enter__(self) -> StderrTail:
         sys.stderr.flush()
-        self._saved_fd = os.dup(2)
-        self._read_fd, write_fd = os.pipe()
-        os.dup2(write_fd, 2)
-        os.close(write_fd)
-        self._thread = threading.Thread(target=self._copy, name="stderr-tail", daemon=True)
-        self._thread.start()
+        if _is_regular_file(2):
+            self._file_start = os.lseek(2, 0, os.SEEK_CUR)
+        else:
+            self._start_pipe()
         _active.append(self)
         return self
 
@@ -60,9 +67,35 @@ class StderrTail:
         tb: TracebackType | None,
     ) -> None:
         sys.stderr.flush()
-        os.dup2(self._saved_fd, 2)  # drops this process's write end of the pipe
         if self in _active:
             _active.remove(self)
+        if self._file_start is None:
+            self._stop_pipe()
+
+    def _read_file_tail(self) -> str:
+        sys.stderr.flush()
+        start = self._file_start or 0
+        try:
+            with open("/proc/self/fd/2", "rb") as f:
+                end = f.seek(0, os.SEEK_END)
+                if start > end:  # the file was truncated (pytest's capture does)
+                    start = 0
+                f.seek(max(start, end - 4 * self.max_chars))
+                data = f.read()
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")[-self.max_chars :]
+
+    def _start_pipe(self) -> None:
+        self._saved_fd = os.dup(2)
+        self._read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self._thread = threading.Thread(target=self._copy, name="stderr-tail", daemon=True)
+        self._thread.start()
+
+    def _stop_pipe(self) -> None:
+        os.dup2(self._saved_fd, 2)  # drops this process's write end of the pipe
         if self._thread is not None:
             self._thread.join(timeout=2.0)
             if not self._thread.is_alive():
@@ -97,6 +130,13 @@ class StderrTail:
                 self._buf += chunk
                 if len(self._buf) > 2 * self.max_chars:
                     del self._buf[: len(self._buf) - self.max_chars]
+
+
+def _is_regular_file(fd: int) -> bool:
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and os.path.exists(f"/proc/self/fd/{fd}")
+    except OSError:
+        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:

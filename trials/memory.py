@@ -40,7 +40,7 @@ def process_tree_rss_bytes() -> int:
     return total
 
 
-class _NvmlProbe:
+class NvmlProbe:
     """Memory of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``), via NVML."""
 
     def __init__(self) -> None:
@@ -48,7 +48,7 @@ class _NvmlProbe:
 
         self._nvml = pynvml
         pynvml.nvmlInit()
-        self._handles = [self._handle(token) for token in _visible_gpu_tokens(pynvml)]
+        self._handles = [self._handle(token) for token in visible_gpu_tokens(pynvml)]
 
     def _handle(self, token: str):  # type: ignore[no-untyped-def]
         if token.startswith(("GPU-", "MIG-")):
@@ -63,11 +63,15 @@ class _NvmlProbe:
         """Capacity of the smallest visible GPU."""
         return min((self._nvml.nvmlDeviceGetMemoryInfo(h).total for h in self._handles), default=0)
 
+    def names(self) -> list[str]:
+        names = [self._nvml.nvmlDeviceGetName(h) for h in self._handles]
+        return [n.decode() if isinstance(n, bytes) else n for n in names]
+
     def close(self) -> None:
         self._nvml.nvmlShutdown()
 
 
-def _visible_gpu_tokens(pynvml) -> list[str]:  # type: ignore[no-untyped-def]
+def visible_gpu_tokens(pynvml) -> list[str]:  # type: ignore[no-untyped-def]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
@@ -85,7 +89,7 @@ class PeakMemorySampler:
         self._baseline_bytes = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._nvml: _NvmlProbe | None = None
+        self._nvml: NvmlProbe | None = None
 
     @property
     def peak_gib(self) -> float:
@@ -120,7 +124,7 @@ class PeakMemorySampler:
 
         torch.cuda.reset_peak_memory_stats()
         try:
-            self._nvml = _NvmlProbe()
+            self._nvml = NvmlProbe()
         except Exception:  # no NVML (driver mismatch, container): torch's view only
             self._nvml = None
 
@@ -147,7 +151,7 @@ class PeakMemorySampler:
 def gpu_total_gib() -> float | None:
     """Capacity of the smallest visible GPU in GiB (NVML: CUDA stays uninitialised), or None."""
     try:
-        probe = _NvmlProbe()
+        probe = NvmlProbe()
     except Exception:
         return None
     try:

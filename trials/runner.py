@@ -47,6 +47,8 @@ def run_trial(
     result = TrialResult(trial_id=spec.trial_id, status="ok", hostname=hostname())
 
     def entered(phase: str) -> None:
+        if phase == result.phase:  # e.g. the train phase's own start-up after the engine's
+            return
         result.phase = phase
         if on_progress is not None:
             on_progress(result)
@@ -136,8 +138,10 @@ def _rollout(
 def _train(
     spec: TrialSpec, dtype: str, result: TrialResult, peaks: list[float], engine_alive: bool
 ) -> None:
-    from trials.train import run_train
+    from trials.train import prepare_train, run_train
 
+    with in_phase("startup"):
+        prepare_train(spec, dtype)
     cap = spec.device_memory_cap_gib
     if cap is not None and engine_alive:  # the engine keeps its share of the device
         cap *= max(0.0, 1.0 - spec.rollout.gpu_memory_utilization)

@@ -7,18 +7,21 @@ Order and batching follow verl: ``old_log_prob`` (forward only, micro-batches of
 accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts micro-batches
 by token budget instead (see ``batching``).
 
-Each sub-phase first runs its largest micro-batch once, untimed (the update also takes
-an optimizer step, which allocates AdamW's state), so a configuration that does not fit
-fails here. Then at most ``max_timed_micro_batches`` micro-batches, spread evenly over
-the plan, are timed. The sub-phase's time for the rank's whole batch is estimated as
-``real tokens / measured rate`` (padding excluded), plus, for the update, one timed
-optimizer step per mini-batch, plus any parameter/optimizer offload moves (CUDA only,
-as verl's ``param_offload``/``optimizer_offload``: the state lives on the CPU outside
-its sub-phase). ``<sub-phase>_tokens_per_s`` is the batch's tokens over that time.
+Everything verl keeps resident is built first (phase ``startup``): the actor with its
+AdamW state already allocated, as in every step after the first, and the reference
+model. Each sub-phase then runs its largest micro-batch once, untimed, so a
+configuration that does not fit fails there. Then at most ``max_timed_micro_batches``
+micro-batches, spread evenly over the plan, are timed. A sub-phase's time for the
+rank's whole batch is estimated as ``real tokens / measured rate`` (padding excluded),
+plus, for the update, one timed optimizer step per mini-batch, plus any
+parameter/optimizer offload moves (CUDA only, as verl's ``param_offload`` /
+``optimizer_offload``: the state lives on the CPU outside its sub-phase).
+``<sub-phase>_tokens_per_s`` is the batch's tokens over that time.
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import time
@@ -119,6 +122,35 @@ def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
     return plans
 
 
+def prepare_train(spec: TrialSpec, dtype: str) -> None:
+    """Load what the train phase's code needs, outside the memory cap.
+
+    - Building the model class imports transformers' modeling code and the optional
+      libraries it pulls in (scikit-learn, SciPy with its own OpenBLAS), whose load-time
+      buffers (+0.9 GiB of data segment on a 16-core host) are no device memory; under
+      the CPU cap OpenBLAS would ``exit(1)`` on them without a traceback. A build on the
+      meta device allocates nothing and loads all of it.
+    - On CPU, the math libraries' per-thread workspaces (oneDNN/MKL/OpenMP, glibc
+      arenas) appear at the first forward/backward and grow with the core count (over
+      0.25 GiB on 16 cores). A one-layer proxy of the model runs one micro-batch and an
+      AdamW step first, so the cap measures the phase, not the host's thread pools.
+    """
+    actor.build_causal_lm(spec.model_config, torch.float32, torch.device("meta"), False)
+    if spec.device != "cpu":
+        return
+    proxy_config = {**spec.model_config, "num_hidden_layers": 1}
+    proxy = actor.build_causal_lm(proxy_config, torch.float32, torch.device("cpu"), True)
+    optimizer = torch.optim.AdamW(proxy.parameters(), lr=ADAMW_LR)
+    sequences = random_sequences(spec.model_config, [48, 32], spec.seed)
+    mb = actor.micro_batch(sequences, [16, 8], (0, 1), torch.device("cpu"))
+    autocast = None if dtype == "float32" else actor.torch_dtype(dtype)
+    log_probs = actor.response_log_probs(proxy, mb, autocast)
+    actor.policy_loss(log_probs, mb, torch.ones_like(log_probs)).backward()
+    optimizer.step()
+    del proxy, optimizer, log_probs
+    gc.collect()
+
+
 def run_train(
     spec: TrialSpec, dtype: str, metrics: dict[str, float], timings: dict[str, float]
 ) -> None:
@@ -141,31 +173,57 @@ def run_train(
     metrics["train_dtype_bits"] = dtype_bits(dtype)
     metrics["train_tokens"] = float(sum(lengths))
     offload = t.param_offload and setup.device.type == "cuda"
+    optimizer_offload = t.optimizer_offload and setup.device.type == "cuda"
     with in_phase("startup"):
         t0 = time.perf_counter()
-        model = actor.build_causal_lm(
-            spec.model_config, torch.float32, setup.device, t.enable_gradient_checkpointing
-        )
-        optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
-        if offload:
-            actor.move_model(model, setup.offload_to)
+        model, optimizer, ref = _build(setup, dtype, offload, optimizer_offload)
         metrics["train_model_build_s"] = time.perf_counter() - t0
     plans = train_plans(spec)
     with in_phase("old_log_prob"):
         model.eval()
         seconds = _forward_phase(setup, model, plans["old_log_prob"], offload)
         _record("old_log_prob", seconds, metrics, timings)
-    if t.use_ref:
+    if ref is not None:
         with in_phase("ref_log_prob"):
-            _run_ref(setup, dtype, plans["ref_log_prob"], offload, metrics, timings)
+            seconds = _forward_phase(setup, ref, plans["ref_log_prob"], offload)
+            _record("ref_log_prob", seconds, metrics, timings)
     with in_phase("update_actor"):
         model.train()
         plan = plans["update_actor"]
-        seconds, step_s = _update_phase(setup, model, optimizer, plan, offload, t.optimizer_offload)
+        seconds, step_s = _update_phase(setup, model, optimizer, plan, offload, optimizer_offload)
         metrics["optimizer_step_s"] = step_s
         _record("update_actor", seconds, metrics, timings)
-    del model, optimizer
+    del model, optimizer, ref
     _release(setup.device)
+
+
+def _build(
+    setup: _Setup, dtype: str, offload: bool, optimizer_offload: bool
+) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module | None]:
+    """Actor, its AdamW with state allocated (steady state: every step after the first
+    runs with it), and the reference model; each moved off the GPU where offloaded."""
+    spec = setup.spec
+    model = actor.build_causal_lm(
+        spec.model_config, torch.float32, setup.device, spec.train.enable_gradient_checkpointing
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if optimizer_offload:
+        actor.move_optimizer_state(optimizer, setup.offload_to)
+    if offload:
+        actor.move_model(model, setup.offload_to)
+    ref = None
+    if spec.train.use_ref:
+        ref = actor.build_causal_lm(
+            spec.model_config, actor.torch_dtype(dtype), setup.device, gradient_checkpointing=False
+        )
+        ref.eval()
+        if offload:
+            actor.move_model(ref, setup.offload_to)
+    return model, optimizer, ref
 
 
 def _record(
@@ -176,28 +234,6 @@ def _record(
     log.info(
         "%s: %.3f s for the batch (%.0f tokens/s)", name, seconds, metrics[f"{name}_tokens_per_s"]
     )
-
-
-def _run_ref(
-    setup: _Setup,
-    dtype: str,
-    plan: list[MicroBatch],
-    offload: bool,
-    metrics: dict[str, float],
-    timings: dict[str, float],
-) -> None:
-    ref = actor.build_causal_lm(
-        setup.spec.model_config,
-        actor.torch_dtype(dtype),
-        setup.device,
-        gradient_checkpointing=False,
-    )
-    ref.eval()
-    if offload:
-        actor.move_model(ref, setup.offload_to)
-    _record("ref_log_prob", _forward_phase(setup, ref, plan, offload), metrics, timings)
-    del ref
-    _release(setup.device)
 
 
 def _timed(setup: _Setup, fn: Callable[[], object]) -> float:
@@ -237,9 +273,8 @@ def _measure_rate(
     """Real tokens per second over the evenly spaced timed micro-batches."""
     tokens, seconds = 0, 0.0
     for k in evenly_spaced(len(plan), setup.spec.max_timed_micro_batches):
-        mb = plan[k]
-        seconds += _timed(setup, lambda mb=mb: step(mb))
-        tokens += sum(setup.lengths[i] for i in mb.indices)
+        seconds += _timed(setup, functools.partial(step, plan[k]))
+        tokens += sum(setup.lengths[i] for i in plan[k].indices)
     return tokens / seconds
 
 
@@ -274,8 +309,8 @@ def _update_phase(
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    forward_backward(_largest(setup, plan))
-    optimizer_step()  # allocates AdamW's state: the memory peak of the step
+    forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
+    optimizer_step()
     rate = _measure_rate(setup, plan, forward_backward)
     step_s = _timed(setup, optimizer_step)
     steps = sum(1 for mb in plan if mb.ends_mini_batch)

@@ -29,6 +29,7 @@ OOM_MESSAGES = [
     "allocate memory: you tried to allocate 16384000 bytes. Error code 12 (Cannot allocate memory)",
     "terminate called after throwing an instance of 'std::bad_alloc'\n  what():  std::bad_alloc",
     "MemoryError",
+    "OpenBLAS error: Memory allocation still failed after 10 retries, giving up.",
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
 ]
 

@@ -19,7 +19,7 @@ def test_train_measures_every_sub_phase(tiny_config):
     assert metrics["train_tokens"] == tokens
     for name in timings:
         assert metrics[f"{name}_tokens_per_s"] == pytest.approx(tokens / timings[name])
-    assert timings["update_actor"] > timings["old_log_prob"]  # fwd+bwd costs more than fwd
+    assert all(seconds > 0 for seconds in timings.values())
     assert metrics["optimizer_step_s"] > 0
 
 

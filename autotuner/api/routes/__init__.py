@@ -1,0 +1,1 @@
+"""The API routes: thin, one service call each."""

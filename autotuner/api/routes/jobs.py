@@ -1,0 +1,137 @@
+"""/v1/jobs: submit, list, watch, cancel and delete jobs; their trials, front and configs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+
+from autotuner.api.schemas import (
+    JobCreated,
+    JobPublic,
+    ObjectivePublic,
+    Page,
+    ParetoPointPublic,
+    ParetoPublic,
+    TrialPublic,
+    TrialStatus,
+)
+from autotuner.api.security import require_read, require_write
+from autotuner.api.service import JobService, JobView
+from autotuner.api.submission import JSON_TYPES, YAML_TYPES
+from storage import JobStatus
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_read)])
+
+JobId = Annotated[str, Path(description="The job's id.")]
+TrialNumber = Annotated[int, Path(ge=0, le=10_000_000, description="The trial's number.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+Limit = Annotated[int, Query(ge=1, le=1000, description="Items to return at most.")]
+
+_SPEC_BODY = {"schema": {"$ref": "#/components/schemas/JobCreate"}}
+_SUBMIT_BODY = {"requestBody": {
+    "required": True,
+    "description": "A job spec; YAML with Content-Type application/yaml (or text/yaml).",
+    "content": {media: _SPEC_BODY for media in JSON_TYPES + YAML_TYPES},
+}}
+
+
+def _service(request: Request) -> JobService:
+    service: JobService = request.app.state.service
+    return service
+
+
+Service = Annotated[JobService, Depends(_service)]
+
+
+def _public(request: Request, view: JobView) -> JobPublic:
+    url = str(request.url_for("get_job", job_id=view.job.id))
+    return JobPublic.of(view.job, url, view.records, view.best)
+
+
+@router.post("", status_code=201, response_model=JobCreated, openapi_extra=_SUBMIT_BODY,
+             dependencies=[Depends(require_write)],
+             responses={413: {"description": "Body too large"},
+                        415: {"description": "Not JSON or YAML"}})
+async def submit_job(request: Request, response: Response, service: Service) -> JobCreated:
+    """Queue a job. It is validated now (spec, caps, model, search space); nothing is stored
+    when it is refused."""
+    body = await request.body()
+    job = await run_in_threadpool(service.submit, body, request.headers.get("content-type"))
+    url = str(request.url_for("get_job", job_id=job.id))
+    response.headers["Location"] = url
+    return JobCreated(id=job.id, url=url, status=job.status)  # type: ignore[arg-type]
+
+
+@router.get("", response_model=Page[JobPublic])
+def list_jobs(request: Request, service: Service, status: JobStatus | None = None,
+              offset: Offset = 0, limit: Limit = 50) -> Page[JobPublic]:
+    """Jobs, newest first."""
+    views, count = service.list_jobs(status, offset, limit)
+    return Page[JobPublic](data=[_public(request, v) for v in views], count=count)
+
+
+@router.get("/{job_id}", response_model=JobPublic)
+def get_job(request: Request, job_id: JobId, service: Service) -> JobPublic:
+    """Status, trials done/total, the best trial so far, elapsed time and ETA."""
+    return _public(request, service.get_job(job_id))
+
+
+@router.post("/{job_id}/cancel", response_model=JobPublic, dependencies=[Depends(require_write)])
+def cancel_job(request: Request, job_id: JobId, service: Service) -> JobPublic:
+    """Cancel: a queued job at once; a running one stops its trials and keeps what it measured."""
+    return _public(request, service.cancel_job(job_id))
+
+
+@router.delete("/{job_id}", status_code=204, dependencies=[Depends(require_write)])
+def delete_job(job_id: JobId, service: Service) -> Response:
+    """Delete a job that is not running, with its trials."""
+    service.delete_job(job_id)
+    return Response(status_code=204)
+
+
+@router.get("/{job_id}/trials", response_model=Page[TrialPublic])
+def list_trials(job_id: JobId, service: Service, status: TrialStatus | None = None,
+                offset: Offset = 0, limit: Limit = 1000) -> Page[TrialPublic]:
+    """Trials in order, with every metric each one measured."""
+    recs, count = service.trials(job_id, status, offset, limit)
+    return Page[TrialPublic](data=[TrialPublic.of(r) for r in recs], count=count)
+
+
+@router.get("/{job_id}/pareto", response_model=ParetoPublic)
+def pareto(job_id: JobId, service: Service) -> ParetoPublic:
+    """The feasible trials no other feasible trial beats on every objective of the job."""
+    spec, points = service.pareto(job_id)
+    metrics = [o.metric for o in spec.objectives]
+    return ParetoPublic(
+        data=[ParetoPointPublic.of(r, metrics) for r in points], count=len(points),
+        objectives=[ObjectivePublic(metric=o.metric, direction=o.resolved_direction)  # type: ignore[arg-type]
+                    for o in spec.objectives])
+
+
+@router.get("/{job_id}/best", response_model=TrialPublic)
+def best_trial(job_id: JobId, service: Service,
+               max_peak_memory_gib: Annotated[float | None, Query(
+                   gt=0, allow_inf_nan=False,
+                   description="Only trials whose peak memory is at most this.")] = None,
+               ) -> TrialPublic:
+    """The fastest feasible trial (step throughput), under a peak-memory cap if given."""
+    return TrialPublic.of(service.best_trial(job_id, max_peak_memory_gib))
+
+
+@router.get("/{job_id}/trials/{number}", response_model=TrialPublic)
+def get_trial(job_id: JobId, number: TrialNumber, service: Service) -> TrialPublic:
+    """One trial."""
+    return TrialPublic.of(service.trial(job_id, number)[1])
+
+
+@router.get("/{job_id}/trials/{number}/config", response_class=Response,
+            responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
+                             "description": "The trial's verl config, as a download."}})
+def trial_config(job_id: JobId, number: TrialNumber, service: Service,
+                 format: Literal["yaml", "overrides"] = "yaml") -> Response:
+    """The trial's verl config: nested YAML, or Hydra override lines."""
+    file = service.export_config(job_id, number, format)
+    return Response(file.text, media_type=file.media_type,
+                    headers={"Content-Disposition": f'attachment; filename="{file.filename}"'})

@@ -1,0 +1,170 @@
+"""API schemas: what the service accepts and returns, separate from the table models.
+
+Lists are ``{data, count}``: ``count`` is the number of items matching the filter, of
+which ``data`` is the requested page.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autotuner.records import TrialRecord
+from autotuner.spec import JobSpec
+from autotuner.summary import THROUGHPUT
+from storage import JobRecord, JobStatus
+
+T = TypeVar("T")
+
+TrialStatus = Literal["ok", "oom", "error", "timeout", "invalid", "duplicate", "interrupted",
+                      "running"]
+
+
+class JobCreate(JobSpec):
+    """The body of ``POST /v1/jobs``: a job spec, as JSON or as YAML
+    (``Content-Type: application/yaml``)."""
+
+    model_config = ConfigDict(title="JobCreate")
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    count: int = Field(description="Items matching the filter (all pages).")
+
+
+class JobCreated(BaseModel):
+    id: str = Field(description="The job's id.")
+    url: str = Field(description="Where to watch it (also the Location header).")
+    status: JobStatus
+
+
+class BestTrialPublic(BaseModel):
+    """The fastest feasible trial so far."""
+
+    number: int
+    throughput_tokens_per_s_per_gpu: float | None
+    peak_memory_gib: float | None
+    device: str = Field(description="The device the figures come from.")
+
+
+class JobPublic(BaseModel):
+    id: str
+    name: str
+    status: JobStatus
+    url: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    trials_done: int = Field(description="Trials measured (ok, oom, error or timeout).")
+    trials_total: int = Field(description="The job's budget.max_trials.")
+    cancel_requested: bool
+    stop_reason: str | None
+    error: str | None
+    elapsed_s: float | None = Field(description="Since the job first started; None if queued.")
+    eta_s: float | None = Field(description="Estimated time to finish; None unless running.")
+    best: BestTrialPublic | None
+    spec: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: JobRecord, url: str, records: list[TrialRecord],
+           best: TrialRecord | None, now: datetime | None = None) -> JobPublic:
+        now = now or datetime.now(timezone.utc)
+        done = sum(1 for r in records if r.measured)
+        elapsed = None
+        if job.started_at is not None:
+            elapsed = ((job.finished_at or now) - job.started_at).total_seconds()
+        eta = None
+        if job.status == "running" and elapsed is not None and done:
+            eta = elapsed / done * max(job.trials_total - done, 0)
+        return cls(
+            id=job.id, name=job.name, status=job.status, url=url,  # type: ignore[arg-type]
+            created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
+            trials_done=done, trials_total=job.trials_total,
+            cancel_requested=job.cancel_requested, stop_reason=job.stop_reason, error=job.error,
+            elapsed_s=elapsed, eta_s=eta,
+            best=None if best is None else BestTrialPublic(
+                number=best.number, throughput_tokens_per_s_per_gpu=best.metric(THROUGHPUT),
+                peak_memory_gib=best.metric("peak_memory_gib"), device=best.device),
+            spec=json.loads(job.spec_json),
+        )
+
+
+class TrialPublic(BaseModel):
+    number: int
+    status: str = Field(description="ok, oom, error, timeout, invalid, duplicate, interrupted "
+                        "or running.")
+    feasible: bool = Field(description="Measured successfully (status ok).")
+    measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")
+    config: dict[str, Any] = Field(description="The trial's knobs, keyed by verl path.")
+    metrics: dict[str, float] = Field(description="Everything the trial measured.")
+    phase_timings_s: dict[str, float]
+    phase: str | None = Field(description="The phase it reached (or failed in).")
+    error_type: str | None
+    error_message: str | None
+    device: str
+    values: list[float] | None = Field(description="Objective values told to the study.")
+    baseline: str | None = Field(description="Set on the trial that runs verl's defaults.")
+    duplicate_of: int | None
+    wall_s: float
+
+    @classmethod
+    def of(cls, r: TrialRecord) -> TrialPublic:
+        return cls(
+            number=r.number, status=r.status, feasible=r.feasible, measured=r.measured,
+            config=r.config, metrics=r.metrics, phase_timings_s=r.phase_timings_s, phase=r.phase,
+            error_type=r.error_type, error_message=r.error_message, device=r.device,
+            values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
+        )
+
+
+class ObjectivePublic(BaseModel):
+    metric: str
+    direction: Literal["maximize", "minimize"]
+
+
+class ParetoPointPublic(BaseModel):
+    """A feasible trial that no other feasible trial beats on every objective of the job."""
+
+    number: int
+    objectives: dict[str, float] = Field(description="The job's objective metrics.")
+    metrics: dict[str, float]
+    config: dict[str, Any]
+    device: str
+
+    @classmethod
+    def of(cls, r: TrialRecord, metrics: list[str]) -> ParetoPointPublic:
+        return cls(number=r.number, objectives={m: float(r.metrics[m]) for m in metrics},
+                   metrics=r.metrics, config=r.config, device=r.device)
+
+
+class ParetoPublic(Page[ParetoPointPublic]):
+    objectives: list[ObjectivePublic]
+
+
+class GpuPublic(BaseModel):
+    index: int
+    name: str
+    memory_gib: float
+
+
+class RayPublic(BaseModel):
+    address: str | None = Field(description="The Ray cluster; None for the service's local Ray.")
+    resources: dict[str, float] = Field(description="Ray's cluster resources (CPU, GPU, ...).")
+    gpus: float
+
+
+class HardwarePublic(BaseModel):
+    ray: RayPublic | None
+    ray_error: str | None = None
+    host_gpus: list[GpuPublic] = Field(description="NVIDIA GPUs of the service's host (NVML).")
+    host_cpu: str
+
+
+class HealthPublic(BaseModel):
+    status: Literal["ok"]
+    database: str
+    runner: Literal["running", "stopped"]
+    jobs_running: int

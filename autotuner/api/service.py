@@ -1,0 +1,176 @@
+"""What the routes call: one function per endpoint, over the job store and the studies.
+
+Jobs come from ``storage.JobStore``; a job's trials from its Optuna study on the same
+database, read through one ``RDBStorage`` shared by the service's threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import optuna
+
+from autotuner import hardware
+from autotuner.api.errors import ConflictError, NotFoundError
+from autotuner.api.submission import parse_body, validate_job
+from autotuner.export import to_overrides, to_yaml
+from autotuner.jobs import JobContext
+from autotuner.records import TrialRecord, record_of
+from autotuner.spec import JobSpec
+from autotuner.summary import best, front
+from storage import JobRecord
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job with its spec and its trials so far."""
+
+    job: JobRecord
+    spec: JobSpec
+    records: list[TrialRecord]
+
+    @property
+    def best(self) -> TrialRecord | None:
+        return best(self.spec, self.records)
+
+
+@dataclass(frozen=True)
+class ConfigFile:
+    filename: str
+    media_type: str
+    text: str
+
+
+class JobService:
+    """The service's operations. Thread-safe: routes call it from FastAPI's thread pool."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        self._trials: optuna.storages.RDBStorage | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._trials is not None:
+                self._trials.remove_session()
+                self._trials.engine.dispose()
+                self._trials = None
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit(self, body: bytes, content_type: str | None) -> JobRecord:
+        spec = validate_job(parse_body(body, content_type), self.ctx.settings)
+        return self.ctx.submit(spec)
+
+    def list_jobs(self, status: str | None, offset: int, limit: int) -> tuple[list[JobView], int]:
+        jobs, count = self.ctx.store.list(status=status, offset=offset, limit=limit)
+        return [self._view(job) for job in jobs], count
+
+    def get_job(self, job_id: str) -> JobView:
+        return self._view(self.ctx.store.get(job_id))
+
+    def cancel_job(self, job_id: str) -> JobView:
+        return self._view(self.ctx.store.request_cancel(job_id))
+
+    def delete_job(self, job_id: str) -> None:
+        job = self.ctx.store.get(job_id)
+        if job.status == "running":
+            raise ConflictError(f"job {job_id} is running: cancel it first (POST "
+                                f"/v1/jobs/{job_id}/cancel), wait until it is cancelled, "
+                                "then delete it")
+        self.ctx.store.delete(job_id)
+
+    # ------------------------------------------------------------------ trials
+
+    def trials(self, job_id: str, status: str | None, offset: int, limit: int
+               ) -> tuple[list[TrialRecord], int]:
+        recs = self.get_job(job_id).records
+        if status is not None:
+            recs = [r for r in recs if r.status == status]
+        return recs[offset:offset + limit], len(recs)
+
+    def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord]]:
+        view = self.get_job(job_id)
+        return view.spec, front(view.spec, view.records)
+
+    def best_trial(self, job_id: str, max_peak_memory_gib: float | None) -> TrialRecord:
+        view = self.get_job(job_id)
+        chosen = best(view.spec, view.records, max_peak_memory_gib)
+        if chosen is None:
+            cap = (f" with peak memory <= {max_peak_memory_gib:g} GiB"
+                   if max_peak_memory_gib is not None else "")
+            raise NotFoundError(
+                f"job {job_id} has no successful trial{cap} yet ({view.job.status}, "
+                f"{sum(1 for r in view.records if r.measured)} trials measured)",
+                field="max_peak_memory_gib" if max_peak_memory_gib is not None else None)
+        return chosen
+
+    def trial(self, job_id: str, number: int) -> tuple[JobView, TrialRecord]:
+        view = self.get_job(job_id)
+        chosen = next((r for r in view.records if r.number == number), None)
+        if chosen is None:
+            known = f"0..{len(view.records) - 1}" if view.records else "none yet"
+            raise NotFoundError(f"job {job_id} has no trial {number}; its trials: {known}",
+                                field="number")
+        return view, chosen
+
+    def export_config(self, job_id: str, number: int, fmt: Literal["yaml", "overrides"]
+                      ) -> ConfigFile:
+        view, rec = self.trial(job_id, number)
+        if not rec.config:
+            raise ConflictError(f"trial {number} has no config (status {rec.status})",
+                                field="number")
+        header = {"job": view.job.name, "job_id": view.job.id, "trial": rec.number,
+                  "metrics": rec.metrics, "device": rec.device}
+        stem = f"{view.job.name}-trial{rec.number}"
+        if fmt == "yaml":
+            return ConfigFile(f"{stem}.yaml", "application/yaml",
+                              to_yaml(rec.config, view.spec, header))
+        return ConfigFile(f"{stem}.overrides", "text/plain",
+                          to_overrides(rec.config, view.spec, header))
+
+    # ------------------------------------------------------------------ machine
+
+    def hardware(self) -> dict[str, Any]:
+        from autotuner.executor import cluster_resources
+
+        out: dict[str, Any] = {"host_gpus": [g.__dict__ for g in hardware.gpus()],
+                               "host_cpu": hardware.describe_cpu(), "ray": None}
+        try:
+            resources = cluster_resources()
+        except Exception as exc:  # Ray raises many types when its cluster is gone
+            out["ray_error"] = f"{type(exc).__name__}: {exc}"
+            return out
+        out["ray"] = {"address": self.ctx.settings.ray_address, "resources": resources,
+                      "gpus": resources.get("GPU", 0.0)}
+        return out
+
+    def ping(self) -> None:
+        self.ctx.database.ping()
+
+    # ------------------------------------------------------------------ reading studies
+
+    def _view(self, job: JobRecord) -> JobView:
+        # The stored spec was validated at submission (its model path resolved then): read it
+        # back without resolving the model again, so a moved model file breaks no read.
+        spec = JobSpec.model_validate_json(job.spec_json)
+        return JobView(job, spec, self._records(job.study_name))
+
+    def _storage(self) -> optuna.storages.RDBStorage:
+        with self._lock:
+            if self._trials is None:
+                self._trials = optuna.storages.RDBStorage(
+                    self.ctx.settings.resolved_database_url,
+                    engine_kwargs={"pool_pre_ping": True})
+            return self._trials
+
+    def _records(self, study_name: str) -> list[TrialRecord]:
+        storage = self._storage()
+        try:
+            study_id = storage.get_study_id_from_name(study_name)
+        except KeyError:
+            return []  # no trial yet: the runner creates the study
+        return [record_of(t) for t in storage.get_all_trials(study_id, deepcopy=False)]
+

@@ -1,0 +1,155 @@
+"""A posted job: body -> document -> JobSpec, refusing anything that could not run.
+
+Checked at submission, so that a bad job never reaches the queue: the body parses (JSON,
+or YAML by Content-Type), the spec validates, the budget is within the service's caps, a
+model given as a path lies inside ``AUTOTUNER_MODELS_DIR``, and the search space builds
+(unknown knobs, impossible ranges, values verl would reject).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from autotuner import catalog
+from autotuner.api.errors import InvalidInputError, UnsupportedMediaTypeError, spec_error_loc
+from autotuner.errors import InfeasibleSpaceError, SpecError
+from autotuner.jobs import build_space, resolve_device
+from autotuner.knobs import KNOBS
+from autotuner.settings import Settings
+from autotuner.spec import JobSpec
+
+log = logging.getLogger(__name__)
+
+JSON_TYPES = ("application/json",)
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+# A YAML document can alias one node many times; walking it must stay bounded.
+MAX_NODES = 200_000
+
+
+def parse_body(body: bytes, content_type: str | None) -> Any:
+    """The document in a request body: JSON by default, YAML when the type says so."""
+    media = (content_type or "application/json").split(";", 1)[0].strip().lower()
+    if media not in JSON_TYPES + YAML_TYPES:
+        raise UnsupportedMediaTypeError(
+            f"Content-Type {media!r} is not accepted; send the job spec as application/json "
+            "or application/yaml", field="Content-Type")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError.at(["body"], f"the body is not UTF-8 text: {exc}") from None
+    if not text.strip():
+        raise InvalidInputError.at(["body"], "the body is empty; send a job spec", "missing")
+    try:
+        if media in JSON_TYPES:
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidInputError.at(["body"], f"invalid JSON: {exc}", "json_invalid") from None
+    except yaml.YAMLError as exc:
+        raise InvalidInputError.at(["body"], f"invalid YAML: {exc}", "yaml_invalid") from None
+    except RecursionError:
+        raise InvalidInputError.at(["body"], "the document is nested too deeply") from None
+
+
+def _check_document(document: Any) -> None:
+    """Refuse non-finite numbers (NaN, inf) and documents too big to walk."""
+    count = 0
+    stack: list[tuple[list[str | int], Any]] = [(["body"], document)]
+    while stack:
+        loc, node = stack.pop()
+        count += 1
+        if count > MAX_NODES:
+            raise InvalidInputError.at(["body"], f"the document has more than {MAX_NODES} "
+                                       "values; a job spec is far smaller")
+        if isinstance(node, float) and not math.isfinite(node):
+            raise InvalidInputError.at(loc, f"{node} is not a finite number", "finite_number")
+        if isinstance(node, dict):
+            stack.extend(([*loc, str(k)], v) for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend(([*loc, i], v) for i, v in enumerate(node))
+
+
+def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
+    """A model path must resolve (symlinks too) inside ``models_dir``; stored absolute."""
+    model = spec.workload.model
+    if catalog.lookup(model) is not None:
+        return spec
+    loc: list[str | int] = ["body", "workload", "model"]
+    if models_dir is None:
+        raise InvalidInputError.at(loc, (
+            f"{model!r} is not a built-in model ({', '.join(catalog.catalog_names())}); a path "
+            "to a config.json is accepted over HTTP only inside the service's models "
+            "directory: set AUTOTUNER_MODELS_DIR on the service"))
+    root = models_dir.expanduser().resolve()
+    try:
+        path = (root / Path(model).expanduser()).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise InvalidInputError.at(loc, f"cannot resolve {model!r}: {exc}") from None
+    if not path.is_relative_to(root):
+        raise InvalidInputError.at(loc, (
+            f"{model!r} resolves to {path}, outside the models directory {root} "
+            "(AUTOTUNER_MODELS_DIR); give a path inside it"))
+    if not (path.is_file() or (path / "config.json").is_file()):
+        raise InvalidInputError.at(loc, (
+            f"{model!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) nor "
+            f"a config.json (or a folder holding one) in the models directory {root}"))
+    workload = spec.workload.model_copy(update={"model": str(path)})
+    return spec.model_copy(update={"workload": workload})
+
+
+def _known_knobs(search: Any) -> None:
+    """Name the unknown knob in ``loc`` (JobSpec reports it for the whole document)."""
+    if not isinstance(search, dict):
+        return
+    for key in search:
+        if key not in KNOBS:
+            raise InvalidInputError.at(["body", "search", str(key)], (
+                f"unknown knob {key!r}; valid knobs are: {', '.join(sorted(KNOBS))}"))
+
+
+def _within_caps(spec: JobSpec, settings: Settings) -> None:
+    budget = spec.budget
+    if budget.max_trials > settings.max_job_trials:
+        raise InvalidInputError.at(["body", "budget", "max_trials"], (
+            f"max_trials ({budget.max_trials}) exceeds this service's cap "
+            f"({settings.max_job_trials}, AUTOTUNER_MAX_JOB_TRIALS); lower it"))
+    if budget.max_minutes > settings.max_job_minutes:
+        raise InvalidInputError.at(["body", "budget", "max_minutes"], (
+            f"max_minutes ({budget.max_minutes:g}) exceeds this service's cap "
+            f"({settings.max_job_minutes:g}, AUTOTUNER_MAX_JOB_MINUTES); lower it"))
+
+
+def validate_job(document: Any, settings: Settings) -> JobSpec:
+    """A runnable JobSpec from a posted document, or InvalidInputError naming the field."""
+    if not isinstance(document, dict):
+        raise InvalidInputError.at(["body"], (
+            f"a job spec is a mapping (JSON object), got {type(document).__name__}"),
+            "dict_type")
+    _check_document(document)
+    _known_knobs(document.get("search"))
+    try:
+        spec = JobSpec.model_validate(document)
+    except ValidationError as exc:
+        raise InvalidInputError.from_validation(exc, ["body"]) from None
+    _within_caps(spec, settings)
+    spec = _within_models_dir(spec, settings.models_dir)
+    search_keys = list(spec.search)
+    try:
+        build_space(spec, resolve_device(spec), settings)
+    except SpecError as exc:
+        raise InvalidInputError.at(spec_error_loc(exc, search_keys), exc.message) from None
+    except InfeasibleSpaceError as exc:
+        raise InvalidInputError.at(["body", "search"], str(exc)) from None
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        # A value the space builder did not foresee: still the input's fault, not ours.
+        log.warning("search space of a submitted job failed to build: %r", exc)
+        raise InvalidInputError.at(["body", "search"],
+                                   f"cannot build the search space: {exc}") from None
+    return spec

@@ -1,0 +1,85 @@
+"""The CLI end to end: a real job (vLLM rollout + torch train on the CPU) to exported YAML."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from autotuner.export import VERL_KEYS, load_exported_yaml
+from autotuner.knobs import A, R
+
+from .conftest import run_cli, write_job
+
+JOB = {
+    "name": "cli-e2e",
+    "workload": {"model": "tiny", "dtype": "float32", "phases": "both",
+                 "prompt_length": {"kind": "uniform", "low": 8, "high": 32},
+                 "response_length": {"kind": "lognormal", "median": 24, "max": 48},
+                 "max_prompt_length": 32, "max_response_length": 48,
+                 "train_batch_size": 8, "n": 2, "ppo_mini_batch_size": 4},
+    "cluster": {"device": "cpu", "device_memory_gib": 2},
+    "search": {R + "enforce_eager": True, R + "max_num_seqs": [8, 16],
+               A + "use_dynamic_bsz": False},
+    "budget": {"max_trials": 2, "trial_timeout_s": 240},
+    "sampler": "random",
+}
+
+
+@pytest.mark.engine
+def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> None:
+    job = write_job(tmp_path / "job.json", JOB)
+    out = tmp_path / "out"
+    done = run_cli(["tune", str(job), "-o", str(out)], cli_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout
+    assert re.search(r"trial\s+0\s+ok", text) and re.search(r"trial\s+1\s+ok", text), text
+    assert "Pareto front" in text and "stopped: reached max_trials (2)" in text
+    written = sorted(out.glob("cli-e2e-trial*.yaml"))
+    assert len(written) == 1
+    exported = written[0].read_text()
+    assert "# measured on: cpu:" in exported and "throughput_tokens_per_s_per_gpu" in exported
+    flat = load_exported_yaml(exported)
+    assert set(flat) <= VERL_KEYS
+    assert flat[R + "max_model_len"] == 80 and flat[R + "enforce_eager"] is True
+    assert flat[R + "max_num_seqs"] in (8, 16)
+    nested = yaml.safe_load(exported)
+    assert nested["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+
+    job_id = re.search(r"job ([0-9a-f]{32})", text).group(1)
+    listed = run_cli(["jobs"], cli_env)
+    assert job_id in listed.stdout and "succeeded" in listed.stdout
+    shown = run_cli(["jobs", job_id], cli_env)
+    assert "[pareto]" in shown.stdout
+    overrides = run_cli(["export", job_id, "--trial", "1", "--format", "overrides"], cli_env)
+    assert overrides.returncode == 0, overrides.stderr
+    lines = [ln for ln in overrides.stdout.splitlines() if ln and not ln.startswith("#")]
+    assert "actor_rollout_ref.rollout.name=vllm" in lines
+    assert all("=" in ln for ln in lines)
+    missing = run_cli(["export", job_id, "--trial", "99"], cli_env)
+    assert missing.returncode == 2 and "has no trial 99" in missing.stderr
+
+
+def test_a_bad_job_file_fails_fast_with_the_field(tmp_path, cli_env) -> None:
+    job = write_job(tmp_path / "bad.json", {"workload": {"model": "tiny", "n": 0}})
+    done = run_cli(["tune", str(job)], cli_env, timeout=120)
+    assert done.returncode == 2
+    assert "workload.n" in done.stderr and "greater than or equal to 1" in done.stderr
+
+
+def test_models_lists_the_catalog(cli_env) -> None:
+    done = run_cli(["models"], cli_env, timeout=120)
+    assert done.returncode == 0
+    for name in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2-7b", "llama-3.1-8b",
+                 "qwen3-8b", "tiny"):
+        assert name in done.stdout
+
+
+def test_doctor_checks_engines_database_and_ray(cli_env) -> None:
+    done = run_cli(["doctor"], cli_env, timeout=300)
+    assert "database: ok" in done.stdout, done.stdout + done.stderr
+    assert "ray: ok" in done.stdout
+    assert "vllm: ok" in done.stdout and "torch: ok" in done.stdout
+    assert "GPUs: none" in done.stdout
+    assert done.returncode == 0
