@@ -10,7 +10,7 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 from rich.console import Console
@@ -79,7 +79,7 @@ class _ProgressHooks(RunHooks):
         eta = per_trial * max(self.total - self.done, 0)
         self.progress.update(self.task, completed=self.done,
                              description=f"ETA {eta / 60:.1f} min")
-        self.progress.console.print(_trial_line(rec))
+        self.progress.console.print(_trial_line(rec), markup=False, highlight=False)
 
 
 def _trial_line(rec: TrialRecord) -> str:
@@ -263,7 +263,7 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
         line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
         if r.status not in ("ok",) and r.error_message:
             line += f"  {r.error_message.splitlines()[-1][:120]}"
-        console.print(line)
+        console.print(line, markup=False, highlight=False)
 
 
 @app.command()
@@ -332,7 +332,8 @@ def serve(host: Annotated[str | None, typer.Option(
 
     from autotuner.settings import Settings
 
-    overrides = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port}.items()
+                                 if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -353,7 +354,7 @@ def serve(host: Annotated[str | None, typer.Option(
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
 
 
-def _setting_problem(error: dict) -> str:
+def _setting_problem(error: Any) -> str:
     msg = str(error["msg"]).removeprefix("Value error, ")
     loc = ".".join(str(p) for p in error["loc"])
     return f"AUTOTUNER_{loc.upper()}: {msg}" if loc else msg
@@ -363,7 +364,8 @@ ServerOpt = Annotated[str, typer.Option(help="The autotuner server's URL.")]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-def _request(method: str, server: str, path: str, token: str | None, **kwargs) -> httpx.Response:
+def _request(method: str, server: str, path: str, token: str | None,
+             **kwargs: Any) -> httpx.Response:
     import httpx
 
     headers = dict(kwargs.pop("headers", {}))

@@ -161,7 +161,7 @@ def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks,
     def on_record(record: TrialRecord) -> None:
         if record.measured:
             state["done"] += 1
-        ctx.store.update_progress(job_id, state["done"])
+        ctx.store.update_progress(job_id, int(state["done"]))
         hooks.on_record(record)
 
     def stop_requested() -> bool:

@@ -401,6 +401,11 @@ class JobSpec(_Model):
     )
     budget: Budget = Field(default_factory=Budget)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
+    baselines: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, max_length=16,
+        description="Named configs (knob path -> value) measured first, besides verl's defaults, "
+        "so the job reports its gain over them (e.g. your production command).",
+    )
     sampler: Literal["tpe", "nsga2", "random"] = Field(
         default="tpe", description="Optuna sampler that proposes configs."
     )
@@ -416,6 +421,11 @@ class JobSpec(_Model):
                 f"unknown knob(s) in search: {', '.join(unknown)}; valid knobs are: "
                 + ", ".join(sorted(KNOBS))
             )
+        for name, config in self.baselines.items():
+            bad = sorted(set(config) - set(KNOBS))
+            if bad:
+                raise ValueError(f"baselines.{name} names unknown knob(s) {', '.join(bad)}; "
+                                 "use knob paths from the search space")
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")

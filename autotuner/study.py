@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 # as exhausted.
 MAX_UNRUNNABLE_IN_A_ROW = 200
 CONSTRAINT = "fits"
+DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 
 def config_key(config: dict[str, Any]) -> str:
@@ -113,13 +114,22 @@ class StudyRunner:
         return measured
 
     def enqueue_baseline(self) -> None:
-        """verl's defaults run first (once per study), so every job reports its gain over them."""
+        """verl's defaults, then the job's own baselines, run first (once per study), so every
+        job reports its gain over them. A baseline value outside the searched values, or for a
+        fixed knob, cannot be proposed: it is left to the sampler and logged."""
         if self.study.get_trials(deepcopy=False):
             return
         base = self.space.baseline_config()
-        params = {p: base[p] for p, values in self.space.searched.items()
-                  if p in base and base[p] in values}
-        self.study.enqueue_trial(params, user_attrs={"baseline": "verl-v0.9-defaults"})
+        named = [(DEFAULTS_BASELINE, base)] + [
+            (name, base | config) for name, config in self.spec.baselines.items()]
+        for name, config in named:
+            params = {p: config[p] for p, values in self.space.searched.items()
+                      if p in config and config[p] in values}
+            ignored = sorted(p for p in self.spec.baselines.get(name, {}) if p not in params)
+            if ignored:
+                log.warning("baseline %s: %s not searched with those values; the sampler picks them",
+                            name, ", ".join(ignored))
+            self.study.enqueue_trial(params, user_attrs={"baseline": name})
 
     # ------------------------------------------------------------------ loop
 

@@ -40,6 +40,8 @@ class JobSummary:
     best_throughput: float | None = None
     baseline_throughput: float | None = None
     gain_over_baseline: float | None = None
+    # Every named baseline: its trial, status and throughput, and the best's gain over it.
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     device: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -51,8 +53,17 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
     for r in recs:
         counts[r.status] = counts.get(r.status, 0) + 1
     top = best(spec, recs)
+    out_baselines: dict[str, dict[str, Any]] = {}
+    for r in recs:
+        if r.baseline and r.baseline not in out_baselines and (r.measured or r.status == "duplicate"):
+            tput = r.metric(THROUGHPUT) if r.feasible else 0.0
+            gain = (top.metric(THROUGHPUT) or 0.0) / tput if top is not None and tput else None
+            out_baselines[r.baseline] = {"trial": r.number, "status": r.status,
+                                         "throughput_tokens_per_s_per_gpu": tput,
+                                         "gain_of_best": gain}
     base = next((r for r in recs if r.baseline and r.measured), None)
-    out = JobSummary(stop_reason, counts, [r.number for r in front(spec, recs)])
+    out = JobSummary(stop_reason, counts, [r.number for r in front(spec, recs)],
+                     baselines=out_baselines)
     if top is not None:
         out.best, out.best_throughput, out.device = top.number, top.metric(THROUGHPUT), top.device
     if base is not None:

@@ -26,3 +26,15 @@ class GenerationMismatch(TrialError):
 class ConfigRejected(TrialError):
     """Raised when a knob combination cannot run at all (e.g. a sequence longer than the
     dynamic-batching token budget), mirroring the check verl itself makes."""
+
+
+class GpuNotClean(TrialError):
+    """Raised before a CUDA trial starts when one of its GPUs already holds memory that
+    does not drop below the threshold in time (a previous trial's processes, another
+    user); the message names the GPU, the memory and the processes holding it."""
+
+
+class EngineMemoryRefused(TrialError):
+    """Raised instead of starting the engine on a capped device (a CPU, or a GPU standing
+    in for a smaller one) when the memory left beside the resident actor is less than
+    ``gpu_memory_utilization`` asks for: the refusal vLLM itself makes on a real GPU."""

@@ -1,43 +1,81 @@
-"""Classify a failure as ``oom`` (the configuration needs more memory than it has) or ``error``.
+"""Classify a failure: ``oom`` (the configuration needs more memory than it has) or ``error``.
 
-The table is data: ``(regex, status)`` rows matched against the exception's text (its
-type name, message and chained causes). Engines often fail one level removed: vLLM's
-front end raises "Engine core initialization failed. See root cause above." while the
-real reason is in the engine process's log. For those wrapper errors (``WRAPPER_PATTERNS``)
-the captured log text is searched too. Texts below are the ones the engines and
-allocators really print (vLLM 0.24/0.32, SGLang 0.5, PyTorch 2.x, glibc).
+The table is data: ``Rule(pattern, status, error_type)`` rows matched against the
+exception's text (its type name, message and chained causes); the first row that matches
+anywhere wins, so the rows for memory come first (an NCCL error whose last CUDA failure
+was 'out of memory' is an OOM). A row's ``error_type`` names the failure where the
+exception's own type would not (a ``RuntimeError`` raised for an NCCL failure becomes
+``NcclError``); None keeps the exception's type.
+
+Engines often fail one level removed: vLLM's front end raises "Engine core
+initialization failed. See root cause above." while the real reason is in the engine
+process's log. For those wrapper errors (``WRAPPER_PATTERNS``) the captured log text is
+searched too. Texts below are the ones the engines, NCCL, the driver and the allocators
+really print (vLLM 0.24/0.32, SGLang 0.5, PyTorch 2.x, NCCL 2.x, glibc).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 OOM = "oom"
 ERROR = "error"
+NCCL_ERROR = "NcclError"
+CUDA_DRIVER_ERROR = "CudaDriverError"
 
-# (pattern, status): the first matching row wins.
-PATTERNS: tuple[tuple[str, str], ...] = (
+
+class Rule(NamedTuple):
+    pattern: str
+    status: str
+    error_type: str | None = None
+
+
+class Failure(NamedTuple):
+    """How a failure is recorded: its status and, when a rule names it, its type."""
+
+    status: str
+    error_type: str | None = None
+
+
+# The first matching row wins.
+PATTERNS: tuple[Rule, ...] = (
     # PyTorch, CUDA and the host allocator.
-    (r"OutOfMemoryError", OOM),  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
-    (r"CUDA out of memory", OOM),
-    (r"CUDA error: out of memory", OOM),
-    (r"CUBLAS_STATUS_ALLOC_FAILED", OOM),
-    (r"DefaultCPUAllocator: can't allocate memory", OOM),
-    (r"std::bad_alloc", OOM),
-    (r"\bMemoryError\b", OOM),
-    (r"\[Errno 12\] Cannot allocate memory", OOM),
-    (r"OpenBLAS error: Memory allocation still failed", OOM),  # then exit(1)
+    Rule(r"OutOfMemoryError", OOM),  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+    Rule(r"CUDA out of memory", OOM),
+    Rule(r"CUDA error: out of memory", OOM),  # also vLLM's cumem allocator on wake-up
+    Rule(r"cudaErrorMemoryAllocation", OOM),
+    Rule(r"CUDA_ERROR_OUT_OF_MEMORY", OOM),
+    Rule(r"CUDA driver error: out of memory", OOM),  # expandable segments (cuMemCreate)
+    Rule(r"Cuda failure (\d+ )?'out of memory'", OOM),  # NCCL's own buffers
+    Rule(r"CUBLAS_STATUS_ALLOC_FAILED", OOM),
+    Rule(r"DefaultCPUAllocator: can't allocate memory", OOM),
+    Rule(r"std::bad_alloc", OOM),
+    Rule(r"\bMemoryError\b", OOM),
+    Rule(r"\[Errno 12\] Cannot allocate memory", OOM),
+    Rule(r"OpenBLAS error: Memory allocation still failed", OOM),  # then exit(1)
     # vLLM start-up refusals (GPU worker, CPU worker, KV-cache sizing).
-    (r"less than desired GPU memory utilization", OOM),
-    (r"less than desired CPU memory utilization", OOM),
-    (r"less than requested memory for kv", OOM),
-    (r"No available memory for the cache blocks", OOM),
-    (r"larger than the available KV cache memory", OOM),
-    (r"Cannot auto-fit max_model_len: not enough GPU memory", OOM),
-    (r"insufficient KV cache", OOM),
+    Rule(r"Free memory on device .* is less than desired", OOM),
+    Rule(r"less than desired GPU memory utilization", OOM),
+    Rule(r"less than desired CPU memory utilization", OOM),
+    Rule(r"less than requested memory for kv", OOM),
+    Rule(r"No available memory for the cache blocks", OOM),
+    Rule(r"larger than the available KV cache memory", OOM),
+    Rule(r"Cannot auto-fit max_model_len: not enough GPU memory", OOM),
+    Rule(r"insufficient KV cache", OOM),
     # SGLang start-up refusal.
-    (r"Not enough memory\. Please try to increase --mem-fraction-static", OOM),
+    Rule(r"Not enough memory\. Please try to increase --mem-fraction-static", OOM),
+    # NCCL (collectives of the actor's process group or of a tensor-parallel engine).
+    Rule(r"NCCL error", ERROR, NCCL_ERROR),
+    Rule(r"\bnccl[A-Z]\w*Error\b", ERROR, NCCL_ERROR),  # ncclSystemError, ncclUnhandledCudaError
+    Rule(r"unhandled cuda error", ERROR, NCCL_ERROR),
+    Rule(r"unhandled system error", ERROR, NCCL_ERROR),
+    # The driver or the GPU itself.
+    Rule(r"CUDA driver error", ERROR, CUDA_DRIVER_ERROR),
+    Rule(r"\bXid\b", ERROR, CUDA_DRIVER_ERROR),
+    Rule(r"GPU has fallen off the bus", ERROR, CUDA_DRIVER_ERROR),
+    Rule(r"uncorrectable ECC error", ERROR, CUDA_DRIVER_ERROR),
 )
 
 # Errors that only say "something died, see above": the log decides what it was.
@@ -52,16 +90,27 @@ WRAPPER_PATTERNS: tuple[str, ...] = (
     r"Rank \d+ scheduler is dead",  # SGLang
 )
 
-_COMPILED = tuple((re.compile(p, re.IGNORECASE), status) for p, status in PATTERNS)
+# Case matters where NCCL spells its error codes in camel case (``ncclSystemError``).
+_CASE_SENSITIVE = {r"\bnccl[A-Z]\w*Error\b", r"\bXid\b"}
+_COMPILED = tuple(
+    (re.compile(r.pattern, 0 if r.pattern in _CASE_SENSITIVE else re.IGNORECASE), r)
+    for r in PATTERNS
+)
 _WRAPPERS = tuple(re.compile(p, re.IGNORECASE) for p in WRAPPER_PATTERNS)
+
+
+def match_text(text: str) -> Rule | None:
+    """The first table row matching ``text``, or None."""
+    for pattern, rule in _COMPILED:
+        if pattern.search(text):
+            return rule
+    return None
 
 
 def classify_text(text: str) -> str | None:
     """The status of the first table row matching ``text``, or None."""
-    for pattern, status in _COMPILED:
-        if pattern.search(text):
-            return status
-    return None
+    rule = match_text(text)
+    return rule.status if rule is not None else None
 
 
 def exception_text(exc: BaseException) -> str:
@@ -69,19 +118,24 @@ def exception_text(exc: BaseException) -> str:
     return "\n".join(f"{type(e).__name__}: {e}" for e in _chain(exc))
 
 
-def classify(exc: BaseException | None, log_text: str = "") -> str:
-    """``oom`` or ``error`` for an exception and the log captured around it.
+def classify_failure(exc: BaseException | None, log_text: str = "") -> Failure:
+    """Status and error type for an exception and the log captured around it.
 
     The log is only consulted when the exception is a wrapper (see module docstring)
     or when there is no exception (a process that died without one).
     """
     own = exception_text(exc) if exc is not None else ""
-    status = classify_text(own)
-    if status is not None:
-        return status
-    if (exc is None or any(w.search(own) for w in _WRAPPERS)) and log_text:
-        return classify_text(log_text) or ERROR
-    return ERROR
+    rule = match_text(own)
+    if rule is None and (exc is None or any(w.search(own) for w in _WRAPPERS)) and log_text:
+        rule = match_text(log_text)
+    if rule is None:
+        return Failure(ERROR)
+    return Failure(rule.status, rule.error_type)
+
+
+def classify(exc: BaseException | None, log_text: str = "") -> str:
+    """``oom`` or ``error`` (see ``classify_failure``)."""
+    return classify_failure(exc, log_text).status
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:

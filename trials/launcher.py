@@ -16,8 +16,11 @@ tail ends up in the result. Outcomes:
   signal.
 
 Whatever the outcome, every process left in the trial's session is killed before this
-returns, so the next trial starts on a clean machine. Imports no torch and no engine:
-the control plane wraps this function in a Ray task.
+returns, so the next trial starts on a clean machine; for a CUDA trial the memory its
+GPUs still hold then is recorded as ``gpu_memory_after_gib`` (NVML, where readable).
+A death whose log names its cause in the table of ``failures`` (NCCL, the driver) takes
+that error type. Imports no torch and no engine: the control plane wraps this function
+in a Ray task.
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from trials.failures import classify_text
+from trials.failures import OOM, match_text
+from trials.memory import gpu_readings
 from trials.types import TrialResult, TrialSpec
 
 LOG_TAIL_CHARS = 12_000
@@ -86,6 +90,7 @@ def _launch(
     ]
     oom_kills_before = _cgroup_oom_kills()
     start = time.monotonic()
+    child_env = _child_env(extra_env)
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(
             cmd,
@@ -93,7 +98,7 @@ def _launch(
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            env=_child_env(extra_env),
+            env=child_env,
             cwd=str(workdir),
         )
     timed_out = False
@@ -116,16 +121,27 @@ def _launch(
     else:
         result = _from_progress(spec, progress_path, "error")
         oom_killed = proc.returncode == -signal.SIGKILL and _cgroup_oom_kills() > oom_kills_before
-        said_memory = classify_text(log_tail[-DEATH_NOTE_CHARS:]) == "oom"
+        death_note = match_text(log_tail[-DEATH_NOTE_CHARS:])
+        said_memory = death_note is not None and death_note.status == OOM
         result.status = "oom" if oom_killed or said_memory else "error"
-        result.error_type = "TrialProcessDied"
+        named = death_note.error_type if death_note is not None and not oom_killed else None
+        result.error_type = named or "TrialProcessDied"
         result.error_message = (
             f"the trial process {_exit_text(proc.returncode)} without writing a result"
         )
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail
+    if spec.device == "cuda":
+        _record_gpu_memory_after(result, child_env.get("CUDA_VISIBLE_DEVICES"))
     result.wall_s = wall_s  # what the trial cost, interpreter start-up and clean-up included
     return result
+
+
+def _record_gpu_memory_after(result: TrialResult, visible: str | None) -> None:
+    """The most memory any of the trial's GPUs holds now that its processes are gone."""
+    readings = gpu_readings(visible)
+    if readings:
+        result.metrics["gpu_memory_after_gib"] = max(r.used_gib for r in readings)
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -9,9 +9,10 @@ every ``interval_s`` (default 50 ms) until exit; ``peak_gib`` is then the phase'
   parallelism it spans several GPUs, each of which must fit) and this process's
   ``torch.cuda.max_memory_allocated`` (reset on entry).
 - ``cpu``: the sum of the RSS of this process and all its descendants (recursive),
-  minus that sum on entry: the memory the phase added. The CPU memory cap is enforced
-  relative to the same baseline (see ``memory_cap``), so a feasible phase reports a
-  peak within the cap. The baseline is kept in ``baseline_gib``.
+  minus a baseline: that sum on entry, or ``baseline_bytes`` when given (the runner
+  passes the trial's own, taken before the actor is built, so every phase's peak counts
+  what the trial holds on its 'device', as NVML does on a GPU). The baseline is kept
+  in ``baseline_gib``.
 
 One sampler per phase; not reusable. Sampling errors (a child exiting mid-read) are
 skipped, never raised.
@@ -21,9 +22,29 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import dataclass
 from types import TracebackType
 
 GIB = float(1 << 30)
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A process holding memory on a GPU (``used_gib`` None where NVML does not say)."""
+
+    pid: int
+    name: str
+    used_gib: float | None
+
+
+@dataclass(frozen=True)
+class GpuReading:
+    """One visible GPU's memory and the compute processes on it."""
+
+    gpu: str  # e.g. "GPU 0 (NVIDIA H200)"
+    used_gib: float
+    total_gib: float
+    processes: tuple[GpuProcess, ...] = ()
 
 
 def process_tree_rss_bytes() -> int:
@@ -41,14 +62,16 @@ def process_tree_rss_bytes() -> int:
 
 
 class NvmlProbe:
-    """Memory of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``), via NVML."""
+    """Memory of the GPUs this process may use (``CUDA_VISIBLE_DEVICES``, or ``visible``
+    when given), via NVML. Initialises no CUDA context."""
 
-    def __init__(self) -> None:
+    def __init__(self, visible: str | None = None) -> None:
         import pynvml
 
         self._nvml = pynvml
         pynvml.nvmlInit()
-        self._handles = [self._handle(token) for token in visible_gpu_tokens(pynvml)]
+        self._tokens = visible_gpu_tokens(pynvml, visible)
+        self._handles = [self._handle(token) for token in self._tokens]
 
     def _handle(self, token: str):  # type: ignore[no-untyped-def]
         if token.startswith(("GPU-", "MIG-")):
@@ -67,12 +90,42 @@ class NvmlProbe:
         names = [self._nvml.nvmlDeviceGetName(h) for h in self._handles]
         return [n.decode() if isinstance(n, bytes) else n for n in names]
 
+    def readings(self) -> list[GpuReading]:
+        """Each visible GPU's used memory and the compute processes holding it."""
+        out = []
+        for token, name, handle in zip(self._tokens, self.names(), self._handles, strict=True):
+            info = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                procs = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            except self._nvml.NVMLError:
+                procs = []
+            out.append(
+                GpuReading(
+                    gpu=f"GPU {token} ({name})",
+                    used_gib=info.used / GIB,
+                    total_gib=info.total / GIB,
+                    processes=tuple(_gpu_process(p) for p in procs),
+                )
+            )
+        return out
+
     def close(self) -> None:
         self._nvml.nvmlShutdown()
 
 
-def visible_gpu_tokens(pynvml) -> list[str]:  # type: ignore[no-untyped-def]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+def _gpu_process(proc) -> GpuProcess:  # type: ignore[no-untyped-def]
+    import psutil
+
+    used = getattr(proc, "usedGpuMemory", None)
+    try:
+        name = psutil.Process(proc.pid).name()
+    except psutil.Error:  # another PID namespace (containers), or gone
+        name = "?"
+    return GpuProcess(proc.pid, name, used / GIB if isinstance(used, int) else None)
+
+
+def visible_gpu_tokens(pynvml, visible: str | None = None) -> list[str]:  # type: ignore[no-untyped-def]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES") if visible is None else visible
     if visible is None:
         return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
     return [t.strip() for t in visible.split(",") if t.strip()]
@@ -81,12 +134,15 @@ def visible_gpu_tokens(pynvml) -> list[str]:  # type: ignore[no-untyped-def]
 class PeakMemorySampler:
     """Samples memory while a phase runs (see the module docstring for what is counted)."""
 
-    def __init__(self, device: str, interval_s: float = 0.05) -> None:
+    def __init__(
+        self, device: str, interval_s: float = 0.05, baseline_bytes: int | None = None
+    ) -> None:
         self.device = device
         self.interval_s = interval_s
         self.baseline_gib = 0.0
         self._peak_bytes = 0
         self._baseline_bytes = 0
+        self._given_baseline = baseline_bytes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: NvmlProbe | None = None
@@ -99,7 +155,8 @@ class PeakMemorySampler:
         if self.device == "cuda":
             self._start_cuda()
         else:
-            self._baseline_bytes = process_tree_rss_bytes()
+            given = self._given_baseline
+            self._baseline_bytes = process_tree_rss_bytes() if given is None else given
             self.baseline_gib = self._baseline_bytes / GIB
         self._sample()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
@@ -156,5 +213,19 @@ def gpu_total_gib() -> float | None:
         return None
     try:
         return probe.total_bytes() / GIB or None
+    finally:
+        probe.close()
+
+
+def gpu_readings(visible: str | None = None) -> list[GpuReading] | None:
+    """Each visible GPU's memory and processes (NVML), or None where NVML cannot be read."""
+    try:
+        probe = NvmlProbe(visible)
+    except Exception:
+        return None
+    try:
+        return probe.readings()
+    except Exception:
+        return None
     finally:
         probe.close()

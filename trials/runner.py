@@ -1,31 +1,59 @@
-"""``run_trial``: run a spec's phases in this process and report what they measured.
+"""``run_trial``: run a spec's phases in this process, co-located as verl runs a PPO step.
 
-Phases run in ``spec.phases`` order. ``rollout`` starts the engine (phase ``startup``),
-measures the replica's requests (``rollout``) and shuts the engine down before the
-train phase, unless ``free_cache_engine`` is off, in which case the engine and its
-memory stay up through training as in verl (the train phase's cap then shrinks to
-``cap * (1 - gpu_memory_utilization)``). ``train`` runs under the device memory cap
-(see ``memory_cap``).
+verl's hybrid engine keeps the FSDP actor and the rollout engine on the same GPUs; a
+trial runs the phases in that order, whatever order ``spec.phases`` lists them in:
+
+1. ``startup``: on CUDA, wait until the trial's GPUs are clean (``gpu_clean``). With
+   ``train``: the actor's process group (``distributed``) and its ``ActorState`` (fp32
+   master weights, AdamW state, the reference model, the offload policy applied) first,
+   under the device cap. With ``rollout``: then the engine, with the proposed
+   ``gpu_memory_utilization``, beside the resident actor, so a value that does not fit
+   beside it is refused as in verl (by vLLM on a GPU; by ``colocation`` on a capped
+   device). ``engine_startup_s`` is a cost of the trial, not of a step.
+2. ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
+3. ``engine_sleep`` (with ``train`` and ``free_cache_engine``): the engine releases its
+   memory (``sleep``); an engine that cannot sleep (vLLM on CPU) is shut down instead.
+   Without ``free_cache_engine`` the engine stays resident through training and the
+   train phase's cap shrinks by its share, ``cap * (1 - gpu_memory_utilization)``.
+4. ``old_log_prob``, ``ref_log_prob``, ``update_actor`` (``train``), under the cap.
+5. ``engine_wake`` (with both phases): the next step's hand-over, as verl's
+   ``rollout_mode`` does it: actor parameters in (``param_offload``), engine weights
+   woken, parameters out, allocator cache emptied, KV cache woken.
+
+The engine is shut down and the actor released at the end, whatever happened. Peak
+memory is sampled per phase (``startup``, ``rollout``, ``train``, ``wake``:
+``<phase>_peak_memory_gib``, and ``peak_memory_gib`` over all); ``actor_resident_gib``
+is the device memory the actor holds while the engine starts; ``<event>_at_s`` record
+when each step of the order happened.
 
 ``run_trial`` never raises: a failure becomes a ``TrialResult`` with ``status``
-``oom`` or ``error`` (see ``failures``), the ``phase`` it happened in, the exception's
-type and message, the tail of everything written to stderr (the engine's processes
-included) and the metrics measured before it. Step metrics are composed as described
-in ``trials.step`` when every requested phase completed.
+``oom`` or ``error`` (see ``failures``), the ``phase`` it happened in, its error type
+and message, the tail of everything written to stderr (the engine's processes
+included) and the metrics measured before it. Step metrics are composed as described in
+``trials.step`` when every requested phase completed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from trials import failures
+from trials.colocation import check_engine_fits, emulated_capacity_gib
 from trials.device import compute_dtype, describe_device, dtype_bits, hostname
 from trials.errors import InvalidTrialSpec
 from trials.logcapture import StderrTail
-from trials.memory import PeakMemorySampler
+from trials.memory import (
+    PeakMemorySampler,
+    gpu_readings,
+    gpu_total_gib,
+    process_tree_rss_bytes,
+)
 from trials.memory_cap import device_memory_cap
 from trials.phases import in_phase, listening, phase_of
 from trials.rollout import RolloutBackend, get_backend
@@ -47,7 +75,7 @@ def run_trial(
     result = TrialResult(trial_id=spec.trial_id, status="ok", hostname=hostname())
 
     def entered(phase: str) -> None:
-        if phase == result.phase:  # e.g. the train phase's own start-up after the engine's
+        if phase == result.phase:  # e.g. the engine's start-up after the actor's
             return
         result.phase = phase
         if on_progress is not None:
@@ -56,7 +84,7 @@ def run_trial(
     with StderrTail() as tail, listening(entered):
         try:
             result.device = describe_device(spec.device)
-            _run_phases(spec, result)
+            _Trial(spec, result, start).run()
             result.phase = None
             result.metrics.update(step_metrics(spec, result.metrics, result.phase_timings_s))
         except Exception as exc:
@@ -68,16 +96,17 @@ def run_trial(
 
 
 def _record_failure(result: TrialResult, exc: BaseException, log_text: str, trace: str) -> None:
-    result.status = failures.classify(exc, log_text)  # type: ignore[assignment]
+    failure = failures.classify_failure(exc, log_text)
+    result.status = failure.status  # type: ignore[assignment]
     result.phase = phase_of(exc)
-    result.error_type = type(exc).__name__
+    result.error_type = failure.error_type or type(exc).__name__
     result.error_message = str(exc)[:4000]
     if trace.strip().splitlines()[-1] not in log_text:  # logging did not reach stderr
         log_text = f"{log_text}\n{trace}"
     result.log_tail = log_text[-LOG_TAIL_CHARS:]
 
 
-def _check_spec(spec: TrialSpec) -> None:
+def check_spec(spec: TrialSpec) -> None:
     unknown = [p for p in spec.phases if p not in KNOWN_PHASES]
     if unknown or not spec.phases:
         raise InvalidTrialSpec(
@@ -93,71 +122,221 @@ def _check_spec(spec: TrialSpec) -> None:
         check_train_spec(spec)
 
 
-def _run_phases(spec: TrialSpec, result: TrialResult) -> None:
-    _check_spec(spec)
-    dtype = compute_dtype(spec.device, spec.dtype)
-    backend: RolloutBackend | None = None
-    peaks: list[float] = []
-    try:
-        for phase in spec.phases:
-            if phase == "rollout":
-                with in_phase("startup"):
-                    backend = get_backend(spec.rollout.engine)
-                _rollout(spec, dtype, backend, result, peaks)
-                if spec.rollout.free_cache_engine:
-                    _shutdown(backend, result)
-                    backend = None
-            else:
-                _train(spec, dtype, result, peaks, engine_alive=backend is not None)
-    finally:
-        if backend is not None:
-            _shutdown(backend, result)
-        if peaks:
-            result.metrics["peak_memory_gib"] = max(peaks)
+class _Trial:
+    """One run of the order in the module docstring; owns the engine and the actor."""
 
+    def __init__(self, spec: TrialSpec, result: TrialResult, start: float) -> None:
+        self.spec = spec
+        self.result = result
+        self.metrics = result.metrics
+        self.timings = result.phase_timings_s
+        self.start = start
+        self.dtype = ""
+        self.backend: RolloutBackend | None = None
+        self.actor: Any = None  # trials.actor_state.ActorState (imports torch)
+        self.world: Any = None  # trials.distributed.ActorWorld, or None: a plain actor
+        self.peaks: list[float] = []
+        self.baseline_bytes: int | None = None
+        self.rollout = "rollout" in spec.phases
+        self.train = "train" in spec.phases
 
-def _rollout(
-    spec: TrialSpec, dtype: str, backend: RolloutBackend, result: TrialResult, peaks: list[float]
-) -> None:
-    metrics = result.metrics
-    metrics["rollout_dtype_bits"] = dtype_bits(dtype)
-    with PeakMemorySampler(spec.device) as memory:
+    def mark(self, event: str) -> None:
+        self.metrics[f"{event}_at_s"] = time.perf_counter() - self.start
+
+    def run(self) -> None:
+        check_spec(self.spec)
+        self.dtype = compute_dtype(self.spec.device, self.spec.dtype)
+        with contextlib.ExitStack() as stack:
+            self.prepare(stack)
+            stack.callback(self.release)  # before the actor's world goes
+            self.startup()
+            if self.rollout:
+                self.generate()
+            asleep = self.free_engine() if self.rollout and self.train else False
+            if self.train:
+                self.train_phase()
+            if self.rollout and self.train:
+                self.hand_over(asleep)
+
+    # 1. startup
+    def prepare(self, stack: contextlib.ExitStack) -> None:
+        """Clean GPUs, the train phase's code, the actor's world: before anything is measured."""
+        spec = self.spec
+        with in_phase("startup"):
+            if spec.device == "cuda":
+                self.check_gpus_clean()
+            if self.train:
+                from trials.train import prepare_train
+
+                prepare_train(spec, self.dtype)  # code and thread pools, not the phase
+                if spec.actor_fsdp:
+                    from trials.distributed import actor_world
+
+                    self.world = stack.enter_context(actor_world(spec.device, spec.n_gpus))
+        if spec.device == "cpu":
+            self.baseline_bytes = process_tree_rss_bytes()
+
+    def startup(self) -> None:
+        with self.sampled("startup"):
+            if self.train:
+                self.build_actor()
+            if self.rollout:
+                self.start_engine()
+
+    def check_gpus_clean(self) -> None:
+        from trials.gpu_clean import wait_for_clean_gpus
+
+        t0 = time.perf_counter()
+        readings = wait_for_clean_gpus(self.spec.gpu_clean_threshold_gib, self.spec.gpu_clean_wait_s)
+        if readings:
+            self.metrics["gpu_clean_wait_s"] = time.perf_counter() - t0
+            self.metrics["gpu_memory_before_gib"] = max(r.used_gib for r in readings)
+
+    def build_actor(self) -> None:
+        from trials.actor_state import build_actor_state
+
+        spec = self.spec
+        with in_phase("startup"):
+            t0 = time.perf_counter()
+            with device_memory_cap(spec.device, spec.device_memory_cap_gib):
+                self.actor = build_actor_state(spec, self.dtype, self.world)
+            self.metrics["train_model_build_s"] = time.perf_counter() - t0
+            self.metrics["actor_resident_gib"] = self.actor.resident_gib()
+            self.metrics.update(self.actor.metrics())
+        self.mark("actor_ready")
+
+    def start_engine(self) -> None:
+        spec = self.spec
+        self.metrics["rollout_dtype_bits"] = dtype_bits(self.dtype)
+        with in_phase("startup"):
+            self.backend = get_backend(spec.rollout.engine)
+            self.check_engine_fits()
+            self.mark("engine_start")
+            startup_s = self.backend.start(spec, self.dtype)
+        self.metrics["engine_startup_s"] = self.timings["startup"] = startup_s
+        self.metrics["engine_import_s"] = float(getattr(self.backend, "import_s", 0.0))
+        self.mark("engine_ready")
+
+    def check_engine_fits(self) -> None:
+        spec = self.spec
+        physical = gpu_total_gib() if spec.device == "cuda" else None
+        capacity = emulated_capacity_gib(spec, physical)
+        if capacity is None:
+            return  # the engine measures the real device itself
+        check_engine_fits(
+            spec.device, capacity, self.device_used_gib(), spec.rollout.gpu_memory_utilization
+        )
+
+    def device_used_gib(self) -> float:
+        """What the device holds before the engine starts: the actor (CPU), NVML (CUDA)."""
+        if self.spec.device == "cpu":
+            return float(self.metrics.get("actor_resident_gib", 0.0))
+        readings = gpu_readings()
+        if readings:
+            return max(r.used_gib for r in readings)
+        return float(self.metrics.get("actor_resident_gib", 0.0))
+
+    # 2. rollout
+    def generate(self) -> None:
+        backend = self.backend
+        if backend is None:
+            return
+        with self.sampled("rollout"), in_phase("rollout"):
+            self.metrics.update(measure_rollout(backend, self.spec))
+        self.timings["rollout"] = self.metrics["rollout_makespan_s"]
+
+    # 3. engine_sleep
+    def free_engine(self) -> bool:
+        """Release the engine's memory for training (free_cache_engine); whether it sleeps."""
+        if not self.spec.rollout.free_cache_engine or self.backend is None:
+            return False
+        if self.backend.can_sleep:
+            with in_phase("engine_sleep"):
+                self.timings["engine_sleep"] = self.backend.sleep()
+            self.metrics["engine_sleep_s"] = self.timings["engine_sleep"]
+            self.mark("engine_released")
+            return True
+        self.shutdown_engine()  # no sleep mode (vLLM on CPU): its memory goes with it
+        self.mark("engine_released")
+        return False
+
+    # 4. train
+    def train_phase(self) -> None:
+        from trials.train import run_train
+
+        engine_alive = self.backend is not None
+        self.metrics["engine_alive_in_train"] = float(engine_alive)
+        self.mark("train_start")
+        cap = self.train_cap_gib(engine_alive)
+        with self.sampled("train"), device_memory_cap(self.spec.device, cap):
+            run_train(self.spec, self.dtype, self.metrics, self.timings, self.actor)
+        self.mark("train_end")
+
+    def train_cap_gib(self, engine_alive: bool) -> float | None:
+        cap = self.spec.device_memory_cap_gib
+        if cap is None:
+            return None
+        if engine_alive:  # the engine keeps its share of the device
+            cap *= max(0.0, 1.0 - self.spec.rollout.gpu_memory_utilization)
+        if self.spec.device == "cpu":  # the CPU cap counts from here; the actor is in already
+            cap = max(0.0, cap - float(self.metrics.get("actor_resident_gib", 0.0)))
+        return cap
+
+    # 5. engine_wake
+    def hand_over(self, asleep: bool) -> None:
+        """The next step's ``rollout_mode``: weights in, engine awake, weights out."""
+        from trials.actor_state import release
+
+        backend, actor = self.backend, self.actor
+        if backend is None or actor is None or not (asleep or actor.param_offload):
+            return
+        wake_s = reload_s = 0.0
+        with self.sampled("wake"), in_phase("engine_wake"):
+            reload_s += actor.load_params()
+            if asleep:
+                wake_s += backend.wake_up(["weights"])
+            reload_s += actor.offload_params()
+            if asleep:
+                wake_s += actor.timed(lambda: release(actor.device))
+                wake_s += backend.wake_up(["kv_cache"])
+        self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
+        self.metrics["actor_reload_s"] = self.timings["actor_reload"]
+        if asleep:
+            self.timings["engine_wake"] = wake_s
+            self.metrics["engine_wake_s"] = wake_s
+
+    # the end
+    def release(self) -> None:
+        if self.backend is not None:
+            self.shutdown_engine()
+        if self.actor is not None:
+            from trials.actor_state import release
+
+            device = self.actor.device
+            self.actor = None
+            release(device)
+
+    def shutdown_engine(self) -> None:
+        backend, self.backend = self.backend, None
+        if backend is None:
+            return
+        t0 = time.perf_counter()
         try:
-            with in_phase("startup"):
-                startup_s = backend.start(spec, dtype)
-            metrics["engine_startup_s"] = result.phase_timings_s["startup"] = startup_s
-            metrics["engine_import_s"] = float(getattr(backend, "import_s", 0.0))
-            with in_phase("rollout"):
-                metrics.update(measure_rollout(backend, spec))
-            result.phase_timings_s["rollout"] = metrics["rollout_makespan_s"]
-        finally:
-            metrics["rollout_peak_memory_gib"] = memory.peak_gib
-            peaks.append(memory.peak_gib)
+            backend.shutdown()
+        except Exception:  # never mask the phase's own outcome
+            log.exception("rollout engine shutdown failed")
+        self.metrics["engine_shutdown_s"] = time.perf_counter() - t0
+        self.mark("engine_shutdown")
 
-
-def _train(
-    spec: TrialSpec, dtype: str, result: TrialResult, peaks: list[float], engine_alive: bool
-) -> None:
-    from trials.train import prepare_train, run_train
-
-    with in_phase("startup"):
-        prepare_train(spec, dtype)
-    cap = spec.device_memory_cap_gib
-    if cap is not None and engine_alive:  # the engine keeps its share of the device
-        cap *= max(0.0, 1.0 - spec.rollout.gpu_memory_utilization)
-    with PeakMemorySampler(spec.device) as memory:
+    @contextmanager
+    def sampled(self, name: str) -> Iterator[None]:
+        """Sample the device's peak memory while the block runs, as ``<name>_peak_memory_gib``."""
+        sampler = PeakMemorySampler(self.spec.device, baseline_bytes=self.baseline_bytes)
         try:
-            with device_memory_cap(spec.device, cap):
-                run_train(spec, dtype, result.metrics, result.phase_timings_s)
+            with sampler:
+                yield
         finally:
-            result.metrics["train_peak_memory_gib"] = memory.peak_gib
-            peaks.append(memory.peak_gib)
+            self.metrics[f"{name}_peak_memory_gib"] = sampler.peak_gib
+            self.peaks.append(sampler.peak_gib)
+            self.metrics["peak_memory_gib"] = max(self.peaks)
 
-
-def _shutdown(backend: RolloutBackend, result: TrialResult) -> None:
-    t0 = time.perf_counter()
-    try:
-        backend.shutdown()
-    except Exception:  # never mask the phase's own outcome
-        log.exception("rollout engine shutdown failed")
-    result.metrics["engine_shutdown_s"] = time.perf_counter() - t0

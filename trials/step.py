@@ -1,16 +1,24 @@
 """Compose one PPO step's time and throughput from the measured phases.
 
-verl runs a step as: rollout (all replicas in parallel, each serving its share of the
-requests), then ``old_log_prob``, ``ref_log_prob`` and ``update_actor`` on every rank
-in parallel (each rank its equal share of the sequences). So, with ``M`` the rollout
-makespan of one replica and ``T_x`` the estimated seconds of sub-phase ``x`` for one
-rank's whole share:
+verl runs a colocated step as: wake the engine (weights and KV cache back on the GPUs),
+rollout (all replicas in parallel, each serving its share of the requests), put the
+engine to sleep, then ``old_log_prob``, ``ref_log_prob`` and ``update_actor`` on every
+rank in parallel (each rank its equal share of the sequences), with the actor's
+parameter/optimizer offload moves around them. The step time is the sum of the parts
+measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
 
-- both phases: ``step_time_s = M + T_old + T_ref + T_update`` and ``step_tokens`` =
-  prompt + response tokens of the whole batch = ``sum(train lengths) * n_gpus``;
-- rollout only: ``step_time_s = M``, ``step_tokens`` = the replica's prompt + generated
-  tokens ``* rollout_replicas``;
-- train only: ``step_time_s = T_old + T_ref + T_update``, ``step_tokens`` as for both.
+- ``engine_wake`` / ``engine_sleep``: the engine's hand-over (``free_cache_engine``, on an
+  engine with a sleep mode); engine start-up happens once and is not part of a step;
+- ``rollout``: ``M``, the makespan of one replica;
+- ``old_log_prob``, ``ref_log_prob``, ``update_actor``: ``T_x``, the estimated seconds of
+  sub-phase ``x`` for one rank's whole share;
+- ``actor_reload``: the actor's offload moves (``param_offload``, ``optimizer_offload``):
+  around its sub-phases and around the engine's wake-up.
+
+``step_tokens`` is prompt + response tokens of the whole batch, ``sum(train lengths) *
+n_gpus``, when the train phase ran; rollout only: the replica's prompt + generated tokens
+``* rollout_replicas``. The rollout-side parts count only when the rollout ran, the
+train-side parts only when the train phase did.
 
 ``throughput_tokens_per_s_per_gpu = step_tokens / step_time_s / n_gpus``, which is
 verl's ``perf/throughput``. Weight sync between trainer and engine, data loading and
@@ -22,6 +30,24 @@ from __future__ import annotations
 from trials.types import TrialSpec
 
 TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
+ROLLOUT_COMPONENTS = ("engine_wake", "rollout", "engine_sleep")
+TRAIN_COMPONENTS = (*TRAIN_SUB_PHASES, "actor_reload")
+STEP_COMPONENTS = (*ROLLOUT_COMPONENTS, *TRAIN_COMPONENTS)
+
+
+def step_components(
+    spec: TrialSpec, metrics: dict[str, float], timings: dict[str, float]
+) -> dict[str, float]:
+    """The measured parts of one step, in ``STEP_COMPONENTS`` order (empty: none ran)."""
+    ran_rollout = "rollout" in spec.phases and "rollout_makespan_s" in metrics
+    ran_train = "train" in spec.phases and "update_actor" in timings
+    parts: dict[str, float] = {}
+    if ran_rollout:
+        parts.update({k: timings[k] for k in ROLLOUT_COMPONENTS if k in timings})
+        parts["rollout"] = metrics["rollout_makespan_s"]
+    if ran_train:
+        parts.update({k: timings[k] for k in TRAIN_COMPONENTS if k in timings})
+    return {k: parts[k] for k in STEP_COMPONENTS if k in parts}
 
 
 def step_metrics(
@@ -29,21 +55,17 @@ def step_metrics(
 ) -> dict[str, float]:
     """``step_time_s``, ``step_tokens`` and ``throughput_tokens_per_s_per_gpu`` (empty when
     no phase completed)."""
-    ran_rollout = "rollout" in spec.phases and "rollout_makespan_s" in metrics
-    ran_train = "train" in spec.phases and "update_actor" in timings
-    if ran_train:
-        step_time = sum(timings.get(name, 0.0) for name in TRAIN_SUB_PHASES)
-        if ran_rollout:
-            step_time += metrics["rollout_makespan_s"]
+    parts = step_components(spec, metrics, timings)
+    if not parts:
+        return {}
+    if "update_actor" in parts:
         tokens = (
             float(sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)) * spec.n_gpus
         )
-    elif ran_rollout:
-        step_time = metrics["rollout_makespan_s"]
+    else:
         replica_tokens = metrics["rollout_prompt_tokens"] + metrics["rollout_generated_tokens"]
         tokens = replica_tokens * spec.rollout_replicas
-    else:
-        return {}
+    step_time = sum(parts.values())
     return {
         "step_time_s": step_time,
         "step_tokens": tokens,

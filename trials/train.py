@@ -7,20 +7,22 @@ Order and batching follow verl: ``old_log_prob`` (forward only, micro-batches of
 accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts micro-batches
 by token budget instead (see ``batching``).
 
-Everything verl keeps resident is built first (phase ``startup``): the actor with its
-AdamW state already allocated, as in every step after the first, and the reference
-model. Each sub-phase then runs its largest micro-batch once, untimed, so a
-configuration that does not fit fails there. Then at most ``max_timed_micro_batches``
-micro-batches, spread evenly over the plan, are timed. A sub-phase's time for the
-rank's whole batch is estimated as ``real tokens / measured rate`` (padding excluded),
-plus, for the update, one timed optimizer step per mini-batch, plus any
-parameter/optimizer offload moves (CUDA only, as verl's ``param_offload`` /
-``optimizer_offload``: the state lives on the CPU outside its sub-phase).
-``<sub-phase>_tokens_per_s`` is the batch's tokens over that time.
+The actor, its AdamW state and the reference model are an ``ActorState``
+(``trials.actor_state``), built before the rollout engine starts and passed in; without
+one, ``run_train`` builds its own (in its own process group). Each sub-phase runs its
+largest micro-batch once, untimed, so a configuration that does not fit fails there.
+Then at most ``max_timed_micro_batches`` micro-batches, spread evenly over the plan, are
+timed. A sub-phase's time for the rank's whole batch is estimated as ``real tokens /
+measured rate`` (padding excluded), plus, for the update, one timed optimizer step per
+mini-batch; ``<sub-phase>_tokens_per_s`` is the batch's tokens over that time. The
+offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
+timed apart, into ``actor_reload``; the plain reference model's moves count in
+``ref_log_prob`` (with FSDP they happen inside its forward, as in verl).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import logging
@@ -32,16 +34,16 @@ import numpy as np
 import torch
 
 from trials import actor
+from trials.actor_state import ADAMW_LR, ActorState, build_actor_state, release
 from trials.batching import MicroBatch, evenly_spaced, log_prob_plan, update_plan
 from trials.device import dtype_bits
+from trials.distributed import actor_world
 from trials.errors import InvalidTrialSpec, TrialError
 from trials.phases import in_phase
 from trials.types import TrialSpec
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
-
-ADAMW_LR = 1e-6
 
 
 @dataclass
@@ -52,10 +54,6 @@ class _Setup:
     sequences: list[np.ndarray]
     response_lengths: list[int]
     lengths: list[int]
-
-    @property
-    def offload_to(self) -> torch.device:
-        return torch.device("cpu")
 
     def tensors(self, mb: MicroBatch) -> actor.MicroBatchTensors:
         return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device)
@@ -74,6 +72,8 @@ def check_train_spec(spec: TrialSpec) -> None:
         )
     if min(p) < 1 or min(r) < 1:
         raise InvalidTrialSpec("every train prompt and response length must be >= 1")
+    if spec.n_gpus < 1:
+        raise InvalidTrialSpec(f"n_gpus must be >= 1, got {spec.n_gpus}")
     train_plans(spec)  # a knob verl would reject fails here, before any engine starts
     if spec.max_timed_micro_batches < 1:
         raise InvalidTrialSpec(
@@ -152,19 +152,36 @@ def prepare_train(spec: TrialSpec, dtype: str) -> None:
 
 
 def run_train(
-    spec: TrialSpec, dtype: str, metrics: dict[str, float], timings: dict[str, float]
+    spec: TrialSpec,
+    dtype: str,
+    metrics: dict[str, float],
+    timings: dict[str, float],
+    state: ActorState | None = None,
 ) -> None:
     """Measure the sub-phases into ``metrics``/``timings`` as they finish (partial on failure).
 
     Exceptions propagate, tagged with the sub-phase they happened in.
     """
     check_train_spec(spec)
-    t = spec.train
+    if state is None:
+        with contextlib.ExitStack() as stack:
+            world = None
+            if spec.actor_fsdp:
+                world = stack.enter_context(actor_world(spec.device, spec.n_gpus))
+            with in_phase("startup"):
+                own = build_actor_state(spec, dtype, world)
+            try:
+                run_train(spec, dtype, metrics, timings, own)
+            finally:
+                device = own.device
+                del own
+                release(device)
+        return
     pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
     lengths = [p + r for p, r in pairs]
     setup = _Setup(
         spec=spec,
-        device=torch.device(spec.device),
+        device=state.device,
         autocast=None if dtype == "float32" else actor.torch_dtype(dtype),
         sequences=random_sequences(spec.model_config, lengths, spec.seed + 1),
         response_lengths=list(spec.train_response_lengths),
@@ -172,58 +189,30 @@ def run_train(
     )
     metrics["train_dtype_bits"] = dtype_bits(dtype)
     metrics["train_tokens"] = float(sum(lengths))
-    offload = t.param_offload and setup.device.type == "cuda"
-    optimizer_offload = t.optimizer_offload and setup.device.type == "cuda"
-    with in_phase("startup"):
-        t0 = time.perf_counter()
-        model, optimizer, ref = _build(setup, dtype, offload, optimizer_offload)
-        metrics["train_model_build_s"] = time.perf_counter() - t0
+    metrics.update(state.metrics())
     plans = train_plans(spec)
+    reload_s = 0.0
     with in_phase("old_log_prob"):
-        model.eval()
-        seconds = _forward_phase(setup, model, plans["old_log_prob"], offload)
+        state.model.eval()
+        reload_s += state.load_params()
+        seconds = _forward_phase(setup, state.model, plans["old_log_prob"])
+        reload_s += state.offload_params()
         _record("old_log_prob", seconds, metrics, timings)
-    if ref is not None:
+    if state.ref is not None:
         with in_phase("ref_log_prob"):
-            seconds = _forward_phase(setup, ref, plans["ref_log_prob"], offload)
-            _record("ref_log_prob", seconds, metrics, timings)
+            moves_s = state.load_ref()
+            seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
+            moves_s += state.offload_ref()
+            _record("ref_log_prob", seconds + moves_s, metrics, timings)
     with in_phase("update_actor"):
-        model.train()
-        plan = plans["update_actor"]
-        seconds, step_s = _update_phase(setup, model, optimizer, plan, offload, optimizer_offload)
+        state.model.train()
+        reload_s += state.load_params() + state.load_optimizer()
+        seconds, step_s = _update_phase(setup, state.model, state.optimizer, plans["update_actor"])
+        reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
         _record("update_actor", seconds, metrics, timings)
-    del model, optimizer, ref
-    _release(setup.device)
-
-
-def _build(
-    setup: _Setup, dtype: str, offload: bool, optimizer_offload: bool
-) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.nn.Module | None]:
-    """Actor, its AdamW with state allocated (steady state: every step after the first
-    runs with it), and the reference model; each moved off the GPU where offloaded."""
-    spec = setup.spec
-    model = actor.build_causal_lm(
-        spec.model_config, torch.float32, setup.device, spec.train.enable_gradient_checkpointing
-    )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
-    for param in model.parameters():
-        param.grad = torch.zeros_like(param)
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    if optimizer_offload:
-        actor.move_optimizer_state(optimizer, setup.offload_to)
-    if offload:
-        actor.move_model(model, setup.offload_to)
-    ref = None
-    if spec.train.use_ref:
-        ref = actor.build_causal_lm(
-            spec.model_config, actor.torch_dtype(dtype), setup.device, gradient_checkpointing=False
-        )
-        ref.eval()
-        if offload:
-            actor.move_model(ref, setup.offload_to)
-    return model, optimizer, ref
+    timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
+    metrics["actor_reload_s"] = timings["actor_reload"]
 
 
 def _record(
@@ -251,20 +240,14 @@ def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
     return max(plan, key=padded)
 
 
-def _forward_phase(
-    setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch], offload: bool
-) -> float:
-    moves_s = _timed(setup, lambda: actor.move_model(model, setup.device)) if offload else 0.0
-
+def _forward_phase(setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch]) -> float:
     def forward(mb: MicroBatch) -> None:
         with torch.no_grad():
             actor.response_log_probs(model, setup.tensors(mb), setup.autocast)
 
     forward(_largest(setup, plan))
     rate = _measure_rate(setup, plan, forward)
-    if offload:
-        moves_s += _timed(setup, lambda: actor.move_model(model, setup.offload_to))
-    return sum(setup.lengths) / rate + moves_s
+    return sum(setup.lengths) / rate
 
 
 def _measure_rate(
@@ -283,16 +266,8 @@ def _update_phase(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     plan: list[MicroBatch],
-    param_offload: bool,
-    optimizer_offload: bool,
 ) -> tuple[float, float]:
     """(estimated seconds for the batch, one optimizer step's seconds)."""
-    on_cuda = setup.device.type == "cuda"
-    moves_s = 0.0
-    if param_offload:
-        moves_s += _timed(setup, lambda: actor.move_model(model, setup.device))
-    if optimizer_offload and on_cuda:
-        moves_s += _timed(setup, lambda: actor.move_optimizer_state(optimizer, setup.device))
     mini_batch_size = setup.spec.local_mini_batch_size
     generator = torch.Generator().manual_seed(setup.spec.seed + 2)
 
@@ -314,14 +289,4 @@ def _update_phase(
     rate = _measure_rate(setup, plan, forward_backward)
     step_s = _timed(setup, optimizer_step)
     steps = sum(1 for mb in plan if mb.ends_mini_batch)
-    if optimizer_offload and on_cuda:
-        moves_s += _timed(setup, lambda: actor.move_optimizer_state(optimizer, setup.offload_to))
-    if param_offload:
-        moves_s += _timed(setup, lambda: actor.move_model(model, setup.offload_to))
-    return sum(setup.lengths) / rate + steps * step_s + moves_s, step_s
-
-
-def _release(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    return sum(setup.lengths) / rate + steps * step_s, step_s

@@ -17,7 +17,18 @@ from typing import Any, Literal
 
 TrialStatus = Literal["ok", "oom", "error", "timeout"]
 TRIAL_STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
-PHASES: tuple[str, ...] = ("startup", "rollout", "old_log_prob", "ref_log_prob", "update_actor")
+# Where a failure can happen, in the order a co-located step runs them (see trials.runner):
+# ``startup`` builds the actor and starts the engine, ``engine_sleep`` frees the engine's
+# memory after generation, ``engine_wake`` takes it back for the next step.
+PHASES: tuple[str, ...] = (
+    "startup",
+    "rollout",
+    "engine_sleep",
+    "old_log_prob",
+    "ref_log_prob",
+    "update_actor",
+    "engine_wake",
+)
 
 
 @dataclass
@@ -94,6 +105,13 @@ class TrialSpec:
     max_timed_micro_batches: int = 4
     warmup_requests: int = 4
     seed: int = 0
+    # The actor as verl's FSDP2 worker holds it (sharded over n_gpus ranks, fp32 master
+    # weights, bf16 compute); False: a plain module on one device (no process group).
+    actor_fsdp: bool = True
+    # A CUDA trial starts only on GPUs that hold at most this much memory (GiB) already,
+    # waiting up to gpu_clean_wait_s for a previous trial's processes to let go.
+    gpu_clean_threshold_gib: float = 2.0
+    gpu_clean_wait_s: float = 60.0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -120,7 +138,12 @@ class TrialResult:
     ``status`` is ``ok`` only when every requested phase ran to completion. On a
     failure ``phase`` names the phase it happened in (see ``PHASES``) and
     ``error_type``/``error_message`` say what happened; metrics measured before the
-    failure are kept. Metric names carry their units (``_s``, ``_gib``, ``_per_s``).
+    failure are kept. Metric names carry their units (``_s``, ``_gib``, ``_per_s``);
+    ``<event>_at_s`` metrics are seconds since the trial started.
+
+    ``phase_timings_s`` holds ``startup`` (engine start-up: a cost of the trial, not of
+    a step) and the parts one PPO step is composed of, ``trials.step.STEP_COMPONENTS``;
+    ``step_time_s`` is their sum.
     """
 
     trial_id: str

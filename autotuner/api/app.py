@@ -15,7 +15,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi_offline import FastAPIOffline
 
 from autotuner import __version__
-from autotuner.api import errors
+from autotuner.api import errors, web
 from autotuner.api.limits import BodySizeLimit
 from autotuner.api.routes import jobs, system
 from autotuner.api.schemas import JobCreate
@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     errors.install(app)
     app.include_router(system.router)
     app.include_router(jobs.router)
+    app.include_router(web.router)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

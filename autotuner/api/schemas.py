@@ -7,6 +7,7 @@ which ``data`` is the requested page.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Generic, Literal, TypeVar
 
@@ -135,7 +136,7 @@ class ParetoPointPublic(BaseModel):
     device: str
 
     @classmethod
-    def of(cls, r: TrialRecord, metrics: list[str]) -> ParetoPointPublic:
+    def of(cls, r: TrialRecord, metrics: Sequence[str]) -> ParetoPointPublic:
         return cls(number=r.number, objectives={m: float(r.metrics[m]) for m in metrics},
                    metrics=r.metrics, config=r.config, device=r.device)
 

@@ -102,7 +102,8 @@ class JobService:
             cap = (f" with peak memory <= {max_peak_memory_gib:g} GiB"
                    if max_peak_memory_gib is not None else "")
             raise NotFoundError(
-                f"job {job_id} has no successful trial{cap} yet ({view.job.status}, "
+                f"job {job_id} has no successful trial{cap}"
+                f"{'' if view.job.is_finished else ' yet'} ({view.job.status}, "
                 f"{sum(1 for r in view.records if r.measured)} trials measured)",
                 field="max_peak_memory_gib" if max_peak_memory_gib is not None else None)
         return chosen

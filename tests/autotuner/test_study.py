@@ -158,3 +158,33 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_
     assert all(r.status != "running" for r in recs)
     assert {r.number for r in recs if r.status == "interrupted"} == cut_off
     assert recover_interrupted(study) == []
+
+
+def test_baselines_are_enqueued_first_with_their_names(tmp_path) -> None:
+    spec = parse_job_spec({
+        "workload": {"model": "qwen2.5-1.5b", "train_batch_size": 64, "n": 8,
+                     "ppo_mini_batch_size": 16},
+        "cluster": {"device": "cuda", "n_gpus_per_node": 1},
+        "baselines": {"production": {R + "gpu_memory_utilization": 0.8,
+                                     R + "max_num_batched_tokens": 32768, R + "max_num_seqs": 1024,
+                                     R + "enforce_eager": True, A + "ppo_micro_batch_size_per_gpu": 4,
+                                     R + "log_prob_micro_batch_size_per_gpu": 8,
+                                     A + "fsdp_config.param_offload": True}},
+    })
+    space = SearchSpace.build(spec, spec.validate_model(), "cuda")
+    study = open_study(spec, "baselines", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    runner = StudyRunner(spec, study, space, RayExecutor(), "cuda", memory_cap_gib=None)
+    runner.enqueue_baseline()
+    runner.enqueue_baseline()  # idempotent: a resumed study does not enqueue them again
+    first, second = study.ask(), study.ask()
+    defaults, production = space.suggest(first).config, space.suggest(second).config
+    assert first.user_attrs["baseline"] == "verl-v0.9-defaults"
+    assert second.user_attrs["baseline"] == "production"
+    assert defaults[R + "gpu_memory_utilization"] == 0.5 and defaults[R + "max_num_seqs"] == 256
+    assert defaults[R + "tensor_model_parallel_size"] == 1
+    assert production[R + "gpu_memory_utilization"] == 0.8
+    assert production[R + "max_num_batched_tokens"] == 32768
+    assert production[A + "fsdp_config.param_offload"] is True
+    assert production[R + "log_prob_micro_batch_size_per_gpu"] == 8
+    # Knobs the baseline does not name keep verl's defaults.
+    assert production[A + "fsdp_config.optimizer_offload"] is False

@@ -35,7 +35,10 @@ class RolloutBackend(abc.ABC):
     Call order: ``start`` once, then ``generate`` any number of times (the caller's
     first call is its warm-up), ``facts`` at any time after ``start``, and ``shutdown``
     exactly once, also after a failed ``start`` or ``generate`` (it must tolerate a
-    half-started engine). All calls come from one thread.
+    half-started engine). Between generations an engine whose ``can_sleep`` is true may
+    be put to ``sleep`` (its device memory released, as verl's hybrid engine does while
+    the actor trains) and must then get ``wake_up`` (all tags) before it generates
+    again. All calls come from one thread.
 
     Ownership: the backend owns every process, temporary directory and environment
     change it makes; after ``shutdown`` returns, its processes have exited and their
@@ -48,6 +51,8 @@ class RolloutBackend(abc.ABC):
     """
 
     name: str = ""
+    # Set by ``start``: whether this engine can release its memory with ``sleep``.
+    can_sleep: bool = False
 
     @abc.abstractmethod
     def start(self, spec: TrialSpec, dtype: str) -> float:
@@ -61,6 +66,15 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def facts(self) -> EngineFacts:
         """KV-cache capacity (tokens) and cumulative preemptions since ``start``."""
+
+    def sleep(self) -> float:
+        """Release the engine's device memory (weights offloaded, KV cache discarded);
+        the seconds it took. Only when ``can_sleep``."""
+        raise NotImplementedError(f"the {self.name} backend cannot sleep")
+
+    def wake_up(self, tags: list[str] | None = None) -> float:
+        """Take the memory back (``tags``: ``weights``, ``kv_cache``; None: all); seconds."""
+        raise NotImplementedError(f"the {self.name} backend cannot sleep")
 
     @abc.abstractmethod
     def shutdown(self) -> None:

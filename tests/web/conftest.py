@@ -1,0 +1,190 @@
+"""The web page's fixtures: a real `autotuner serve` on a free loopback port (its own SQLite
+file, its own local Ray), a real train-only job on the tiny model, and headless Chromium
+driven by Selenium through Debian's chromium + chromedriver (nothing is ever downloaded)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+FINISHED = ("succeeded", "failed", "cancelled")
+
+# A train-only job on the tiny model: 3 trials of real torch steps on the CPU.
+E2E_JOB: dict[str, Any] = {
+    "name": "web-e2e",
+    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
+                 "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
+                 "response_length": {"kind": "uniform", "low": 16, "high": 64},
+                 "max_prompt_length": 48, "max_response_length": 64,
+                 "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 8, "use_kl_loss": False},
+    "cluster": {"device": "cpu"},
+    "budget": {"max_trials": 3, "trial_timeout_s": 120},
+    "sampler": "random",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _session_members(sid: int) -> list[int]:
+    """Live processes of process session ``sid`` (the server, Ray and the trial workers)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
+            pids.append(int(entry))
+    return pids
+
+
+class Server:
+    """`autotuner serve` in a process session of its own, so that stopping it leaves nothing."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.log_path = log_path
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
+        self.env.update(AUTOTUNER_DATA_DIR=str(data_dir), AUTOTUNER_RAY_NUM_CPUS="2")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout_s: float = 120) -> Server:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "autotuner.cli", "serve", "--port", str(self.port)],
+                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
+                    return self
+            time.sleep(0.5)
+        self.stop()
+        raise AssertionError(f"the server did not answer in {timeout_s} s:\n{self.log()}")
+
+    def wait_for_job(self, job_id: str, until: Any, timeout_s: float) -> dict[str, Any]:
+        """Poll GET /v1/jobs/{id} until ``until(job)``; return the job."""
+        deadline = time.monotonic() + timeout_s
+        job: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            response = httpx.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
+            assert response.status_code == 200, response.text
+            job = response.json()
+            if until(job):
+                return job
+            time.sleep(0.5)
+        raise AssertionError(f"job {job_id} did not get there in {timeout_s} s: {job}\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        """SIGTERM (a clean shutdown), then SIGKILL whatever is left of its session."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        deadline = time.monotonic() + 20
+        while (left := _session_members(self.proc.pid)) and time.monotonic() < deadline:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One server for the web tests: loopback, no token, a fresh SQLite file."""
+    base = tmp_path_factory.mktemp("web-server")
+    srv = Server(base / "data", base / "server.log").start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture(scope="session")
+def e2e_job_id(server: Server) -> str:
+    """The id of the train-only job, submitted over HTTP (it runs in the background)."""
+    response = httpx.post(f"{server.url}/v1/jobs", json=E2E_JOB, timeout=60)
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+@pytest.fixture(scope="session")
+def finished_job(server: Server, e2e_job_id: str) -> dict[str, Any]:
+    """That job, once finished (as GET /v1/jobs/{id} returns it)."""
+    job = server.wait_for_job(e2e_job_id, lambda j: j["status"] in FINISHED, 300)
+    assert job["status"] == "succeeded", f"{job}\n{server.log()}"
+    return job
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Headless Chromium under Selenium, with a fresh profile and a download folder
+    (``browser.download_dir``). Skips without chromium, except on CI (``CI=true``)."""
+    for path in (CHROMIUM, CHROMEDRIVER):
+        if not path.exists():
+            _unavailable(f"{path} is missing: apt-get install chromium chromium-driver")
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as exc:
+        _unavailable(f"selenium is not installed ({exc}): pip install -e '.[dev]'")
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager: never download a driver or browser
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    downloads = tmp_path_factory.mktemp("downloads")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync", "--disable-quic",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000",
+                 f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.execute_cdp_cmd("Page.setDownloadBehavior",
+                           {"behavior": "allow", "downloadPath": str(downloads)})
+    driver.download_dir = downloads
+    try:
+        yield driver
+    finally:
+        driver.quit()

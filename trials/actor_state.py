@@ -1,0 +1,249 @@
+"""The actor and its reference model as verl's FSDP worker holds them between PPO steps.
+
+Built once, before the rollout engine starts (phase ``startup``), and kept for the
+whole trial, so the engine starts, sleeps and wakes beside what it has beside it in verl:
+
+- the actor: float32 master parameters (verl's default ``fsdp_config.model_dtype``),
+  sharded with FSDP2 ``fully_shard`` per decoder layer (the model's
+  ``_no_split_modules``) and at the root over the actor's world (``trials.distributed``),
+  computing in the trial's dtype (``MixedPrecisionPolicy(param_dtype=<dtype>,
+  reduce_dtype=float32)``), gradient checkpointing per the knob. Its AdamW state is
+  allocated at once (one step on zero gradients), as it is in every step after the
+  first, and gradients are freed as verl's ``zero_grad`` frees them: between steps the
+  rank holds 12 bytes per parameter of its share (16 during the update).
+- the reference model (``use_ref``): in the compute dtype, forward only, and always
+  CPU-offloaded as verl's is: FSDP2 ``CPUOffloadPolicy(pin_memory=True)`` keeps its
+  shards in pinned host memory and copies them in layer by layer during its forward.
+- ``param_offload`` / ``optimizer_offload`` (CUDA only): the actor's parameters / AdamW
+  state go to the CPU after the build and between the sub-phases that use them, as
+  verl's ``offload_fsdp_model_to_cpu`` / ``offload_fsdp_optimizer`` move them (then
+  empty the allocator's cache), and come back before; each ``load_*``/``offload_*``
+  returns the seconds its move took, which the step pays.
+
+With ``TrialSpec.actor_fsdp`` False the actor is a plain module holding the whole model
+on one device whatever ``n_gpus`` is (no process group), and the reference model is
+moved to the GPU for its forward and back (``load_ref``/``offload_ref``).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trials import actor
+from trials.distributed import ActorWorld
+from trials.types import TrialSpec
+
+ADAMW_LR = 1e-6
+GIB = float(1 << 30)
+
+
+@dataclass
+class ActorState:
+    """The actor, its optimizer and the reference model, where verl keeps them."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    ref: torch.nn.Module | None
+    device: torch.device
+    world: ActorWorld | None  # None: a plain module
+    param_offload: bool
+    optimizer_offload: bool
+    fsdp_units: int = 0
+
+    @property
+    def fsdp(self) -> bool:
+        return self.world is not None
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def timed(self, fn: Callable[[], object]) -> float:
+        self.sync()
+        t0 = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - t0
+
+    def load_params(self) -> float:
+        return self.timed(lambda: self.model.to(self.device)) if self.param_offload else 0.0
+
+    def offload_params(self) -> float:
+        return self.timed(lambda: _to_cpu(self.model)) if self.param_offload else 0.0
+
+    def load_optimizer(self) -> float:
+        if not self.optimizer_offload:
+            return 0.0
+        return self.timed(lambda: actor.move_optimizer_state(self.optimizer, self.device))
+
+    def offload_optimizer(self) -> float:
+        if not self.optimizer_offload:
+            return 0.0
+
+        def move() -> None:
+            actor.move_optimizer_state(self.optimizer, torch.device("cpu"))
+            self.sync()
+            _empty_cache(self.device)
+
+        return self.timed(move)
+
+    @property
+    def ref_moves(self) -> bool:
+        """Whether the reference model must be moved in for its forward (plain, CUDA)."""
+        return self.ref is not None and not self.fsdp and self.device.type == "cuda"
+
+    def load_ref(self) -> float:
+        ref = self.ref
+        return self.timed(lambda: ref.to(self.device)) if ref is not None and self.ref_moves else 0.0
+
+    def offload_ref(self) -> float:
+        ref = self.ref
+        return self.timed(lambda: _to_cpu(ref)) if ref is not None and self.ref_moves else 0.0
+
+    def resident_gib(self) -> float:
+        """Device memory the actor holds now: on CUDA what this process's allocator has
+        reserved (the engine cannot use it), on CPU the bytes of its tensors."""
+        if self.device.type == "cuda":
+            gc.collect()
+            return torch.cuda.memory_reserved(self.device) / GIB
+        return resident_bytes(self, "cpu") / GIB
+
+    def metrics(self) -> dict[str, float]:
+        master = next(iter(self.model.parameters()))
+        return {
+            "actor_fsdp": float(self.fsdp),
+            "actor_fsdp_world_size": float(self.world.world_size if self.world else 1),
+            "actor_fsdp_fake_collectives": float(bool(self.world and self.world.fake)),
+            "actor_fsdp_units": float(self.fsdp_units),
+            "actor_params": float(sum(p.numel() for p in self.model.parameters())),
+            "actor_master_dtype_bits": float(master.element_size() * 8),
+            "actor_param_offload": float(self.param_offload),
+            "actor_optimizer_offload": float(self.optimizer_offload),
+        }
+
+
+def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> ActorState:
+    """Build (see the module docstring) and apply the offload policy, as verl's worker
+    does before the rollout engine starts."""
+    t = spec.train
+    device = world.device if world is not None else torch.device(spec.device)
+    compute = actor.torch_dtype(dtype)
+    on_cuda = device.type == "cuda"
+    ref = None
+    if t.use_ref:  # first: its transient copy on the device is freed before the actor's
+        ref = actor.build_causal_lm(spec.model_config, compute, device, False)
+        ref.eval()
+        if world is not None:
+            shard(ref, world, compute, cpu_offload=on_cuda)
+        elif on_cuda:
+            _to_cpu(ref)
+    model = actor.build_causal_lm(
+        spec.model_config, torch.float32, device, t.enable_gradient_checkpointing
+    )
+    units = shard(model, world, compute, cpu_offload=False) if world is not None else 0
+    optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
+    allocate_optimizer_state(model, optimizer)
+    state = ActorState(
+        model=model,
+        optimizer=optimizer,
+        ref=ref,
+        device=device,
+        world=world,
+        param_offload=t.param_offload and on_cuda,
+        optimizer_offload=t.optimizer_offload and on_cuda,
+        fsdp_units=units,
+    )
+    state.offload_optimizer()
+    state.offload_params()
+    gc.collect()
+    _empty_cache(device)
+    return state
+
+
+def shard(
+    model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool
+) -> int:
+    """``fully_shard`` each decoder layer, then the root; the number of FSDP units."""
+    from torch.distributed.fsdp import (
+        CPUOffloadPolicy,
+        MixedPrecisionPolicy,
+        OffloadPolicy,
+        fully_shard,
+    )
+
+    kwargs: dict[str, Any] = {
+        "mesh": world.mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
+        "offload_policy": CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy(),
+    }
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
+    for layer in layers:
+        fully_shard(layer, **kwargs)
+    fully_shard(model, **kwargs)
+    return len(layers) + 1
+
+
+def allocate_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """AdamW's state as after a first step: one step on zero gradients, then freed."""
+    for param in model.parameters():
+        param.grad = torch.zeros_like(param)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def resident_bytes(state: ActorState, device_type: str) -> int:
+    """Bytes of every tensor the actor state holds on ``device_type`` (shared storage once)."""
+    seen: set[int] = set()
+    total = 0
+    for tensor in _tensors(state):
+        local = _local(tensor)
+        if local.device.type != device_type:
+            continue
+        storage = local.untyped_storage()
+        if storage.nbytes() == 0 or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += storage.nbytes()
+    return total
+
+
+def _tensors(state: ActorState) -> Iterator[torch.Tensor]:
+    for module in (state.model, state.ref):
+        if module is None:
+            continue
+        for param in module.parameters():
+            yield param
+            if param.grad is not None:
+                yield param.grad
+        yield from module.buffers()
+    for per_param in state.optimizer.state.values():
+        yield from (v for v in per_param.values() if isinstance(v, torch.Tensor))
+
+
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    to_local = getattr(tensor, "to_local", None)  # a DTensor's shard on this rank
+    return to_local() if callable(to_local) else tensor
+
+
+def _to_cpu(module: torch.nn.Module) -> None:
+    device = next(module.parameters()).device
+    module.to("cpu")
+    _empty_cache(device)
+
+
+def _empty_cache(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def release(device: torch.device) -> None:
+    """Give the freed memory back after the caller dropped its ``ActorState``."""
+    gc.collect()
+    _empty_cache(device)
