@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+import optuna
+
 from autotuner import hardware
 from autotuner.errors import AutotunerError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
@@ -60,6 +62,9 @@ class JobContext:
     def open(cls, settings: Settings) -> JobContext:
         database = Database(settings.resolved_database_url)
         database.upgrade()
+        # Create Optuna's tables now, once, before any thread opens a study: two threads
+        # creating them at once on a fresh database collide on alembic_version.
+        optuna.storages.RDBStorage(settings.resolved_database_url).engine.dispose()
         return cls(settings, database, JobStore(database))
 
     def submit(self, spec: JobSpec) -> JobRecord:

@@ -1,15 +1,10 @@
 """The actor's model and the tensors of one micro-batch, as verl's FSDP actor sees them.
 
 The model is built from ``model_config`` with random weights (transformers,
-``attn_implementation="sdpa"``). The actor keeps float32 parameters, gradients and
-AdamW state and computes in the trial's dtype under autocast, like verl's FSDP actor
-(fp32 parameters, bf16 ``param_dtype``); the reference model is held in the compute
-dtype and never trained (``param_offload`` applies to both, as one knob here).
-
-The trial runs one data-parallel rank on its share of the sequences, with the whole
-model on its device: FSDP's sharding of parameters, gradients and optimizer state
-across ``n_gpus``, and its collectives, are not emulated, so memory is that of an
-FSDP world of one.
+``attn_implementation="sdpa"``) and runs its forward under autocast in the trial's
+dtype, as verl's dp actor does. How it is held (FSDP2 sharding, fp32 master weights,
+AdamW state, offload) is ``trials.actor_state``'s business; the trial runs one
+data-parallel rank on its share of the sequences.
 
 A micro-batch is laid out like verl's: sequences left-padded to a common length, so the
 responses end together and only the last ``max_response + 1`` positions' logits are

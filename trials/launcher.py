@@ -43,6 +43,7 @@ LOG_TAIL_CHARS = 12_000
 # A process that dies without a result and whose last words are about memory is ``oom``.
 DEATH_NOTE_CHARS = 2_000
 SWEEP_WAIT_S = 10.0
+AFTER_WAIT_S = 5.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
@@ -132,16 +133,22 @@ def _launch(
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail
     if spec.device == "cuda":
-        _record_gpu_memory_after(result, child_env.get("CUDA_VISIBLE_DEVICES"))
+        visible = child_env.get("CUDA_VISIBLE_DEVICES")
+        _record_gpu_memory_after(result, visible, spec.gpu_clean_threshold_gib)
     result.wall_s = wall_s  # what the trial cost, interpreter start-up and clean-up included
     return result
 
 
-def _record_gpu_memory_after(result: TrialResult, visible: str | None) -> None:
-    """The most memory any of the trial's GPUs holds now that its processes are gone."""
-    readings = gpu_readings(visible)
-    if readings:
-        result.metrics["gpu_memory_after_gib"] = max(r.used_gib for r in readings)
+def _record_gpu_memory_after(result: TrialResult, visible: str | None, clean_gib: float) -> None:
+    """The most memory any of the trial's GPUs holds once its processes are gone (the
+    driver frees an exited process's memory within moments: up to ``AFTER_WAIT_S``)."""
+    deadline = time.monotonic() + AFTER_WAIT_S
+    while (readings := gpu_readings(visible)) is not None:
+        used = max((r.used_gib for r in readings), default=0.0)
+        if used <= clean_gib or time.monotonic() >= deadline:
+            result.metrics["gpu_memory_after_gib"] = used
+            return
+        time.sleep(0.2)
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:

@@ -154,7 +154,7 @@ class _Trial:
                 self.generate()
             asleep = self.free_engine() if self.rollout and self.train else False
             if self.train:
-                self.train_phase()
+                self.train_phase(engine_resident=self.backend is not None and not asleep)
             if self.rollout and self.train:
                 self.hand_over(asleep)
 
@@ -261,22 +261,22 @@ class _Trial:
         return False
 
     # 4. train
-    def train_phase(self) -> None:
+    def train_phase(self, engine_resident: bool) -> None:
+        """The actor's sub-phases; ``engine_resident``: the engine holds its memory meanwhile."""
         from trials.train import run_train
 
-        engine_alive = self.backend is not None
-        self.metrics["engine_alive_in_train"] = float(engine_alive)
+        self.metrics["engine_resident_in_train"] = float(engine_resident)
         self.mark("train_start")
-        cap = self.train_cap_gib(engine_alive)
+        cap = self.train_cap_gib(engine_resident)
         with self.sampled("train"), device_memory_cap(self.spec.device, cap):
             run_train(self.spec, self.dtype, self.metrics, self.timings, self.actor)
         self.mark("train_end")
 
-    def train_cap_gib(self, engine_alive: bool) -> float | None:
+    def train_cap_gib(self, engine_resident: bool) -> float | None:
         cap = self.spec.device_memory_cap_gib
         if cap is None:
             return None
-        if engine_alive:  # the engine keeps its share of the device
+        if engine_resident:  # the engine keeps its share of the device
             cap *= max(0.0, 1.0 - self.spec.rollout.gpu_memory_utilization)
         if self.spec.device == "cpu":  # the CPU cap counts from here; the actor is in already
             cap = max(0.0, cap - float(self.metrics.get("actor_resident_gib", 0.0)))

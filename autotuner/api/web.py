@@ -36,7 +36,7 @@ from autotuner.api.service import JobService, JobView
 from autotuner.jobs import memory_cap_gib, resolve_device
 from autotuner.records import INFEASIBLE_STATUSES, TrialRecord
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT, front
+from autotuner.summary import THROUGHPUT, front, summarize
 from storage import JobNotFoundError
 
 HERE = Path(__file__).parent
@@ -127,6 +127,7 @@ def job_page(request: Request, job_id: str) -> Response:
         "job": _public(request, view), "view": view, "pareto": pareto,
         "table": trials_table(view.records, {r.number for r in pareto}),
         "figure": figure(view.spec, view.records, pareto, cap),
+        "summary": summarize(view.spec, view.records, view.job.stop_reason or ""),
         "spec_yaml": yaml.safe_dump(json.loads(view.job.spec_json), sort_keys=False),
         "active": view.job.status in ACTIVE,
     })

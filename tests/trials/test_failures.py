@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trials.failures import PATTERNS, classify, classify_text
+from trials.failures import PATTERNS, classify, classify_failure, classify_text
 
 # Real texts, verbatim from vLLM 0.24/0.32 (GPU and CPU workers), SGLang 0.5, PyTorch 2.x.
 OOM_MESSAGES = [
@@ -31,6 +31,43 @@ OOM_MESSAGES = [
     "MemoryError",
     "OpenBLAS error: Memory allocation still failed after 10 retries, giving up.",
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    # vLLM's cumem allocator when a sleeping engine wakes up next to the actor (verl #302).
+    "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+    "cupy_backends.cuda.api.runtime.CUDARuntimeError: cudaErrorMemoryAllocation: out of memory",
+    "RuntimeError: CUDA driver error: out of memory",
+    # NCCL running out of device memory for its own buffers is an OOM, not an NCCL bug.
+    "host:3018451:3018451 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'",
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+    "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+    "Cuda failure 2 'out of memory'",
+    # Raised by trials.colocation with vLLM's words on a capped device.
+    "EngineMemoryRefused: Free memory on device cpu (0.04/0.05 GiB) on startup is less than "
+    "desired GPU memory utilization (0.9, 0.04 GiB): the actor holds 0.01 GiB",
+]
+
+# (text, error_type): failures that are no OOM but name their cause.
+NAMED_ERRORS = [
+    (
+        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
+        "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
+        "Cuda failure 1 'invalid argument'",
+        "NcclError",
+    ),
+    ("RuntimeError: NCCL error: unhandled cuda error", "NcclError"),
+    (
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
+        "or device error.",
+        "NcclError",
+    ),
+    ("terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL "
+     "Error 1: unhandled cuda error", "NcclError"),
+    ("Test NCCL failure common.cu:1204 'unhandled system error (run with NCCL_DEBUG=INFO for "
+     "details) / '", "NcclError"),
+    ("RuntimeError: CUDA driver error: invalid argument", "CudaDriverError"),
+    ("NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.", "CudaDriverError"),
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "CudaDriverError"),
 ]
 
 ERROR_MESSAGES = [
@@ -52,8 +89,24 @@ def test_other_messages_are_not_oom(text):
     assert classify_text(text) is None
 
 
+@pytest.mark.parametrize(("text", "error_type"), NAMED_ERRORS)
+def test_nccl_and_driver_failures_are_errors_named_for_their_cause(text, error_type):
+    assert classify_failure(RuntimeError(text)) == ("error", error_type)
+
+
+def test_an_oom_keeps_the_exceptions_own_type():
+    assert classify_failure(RuntimeError("CUDA error: out of memory")) == ("oom", None)
+
+
+def test_a_named_error_behind_an_engine_wrapper_is_found_in_the_log():
+    wrapper = RuntimeError("EngineCore encountered an issue. See stack trace for the root cause.")
+    log = "(Worker_TP1 pid=9) RuntimeError: NCCL error: unhandled system error"
+    assert classify_failure(wrapper, log) == ("error", "NcclError")
+
+
 def test_table_is_data():
-    assert all(status in ("oom", "error") for _, status in PATTERNS)
+    assert all(rule.status in ("oom", "error") for rule in PATTERNS)
+    assert all(rule.status == "error" for rule in PATTERNS if rule.error_type)
 
 
 def test_real_python_memory_error():

@@ -1,13 +1,23 @@
-"""On an NVIDIA GPU: the same trials with device ``cuda`` (skipped without one)."""
+"""On an NVIDIA GPU: the trials with device ``cuda`` (skipped without one).
+
+The co-located tests use a Qwen2.5-0.5B-shaped model (``autotuner/catalog``) as verl runs
+it: an FSDP2 actor with fp32 master weights and AdamW state resident on the GPU, the
+vLLM engine started beside it, put to sleep for training and woken for the next step.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
+import subprocess
+import sys
+import time
 
 import pytest
-from trial_helpers import make_spec
+from trial_helpers import QWEN_05B_CONFIG, make_spec
 
 from trials.launcher import launch_trial
+from trials.step import STEP_COMPONENTS
 
 
 def _has_cuda() -> bool:
@@ -23,6 +33,87 @@ pytestmark = [
     pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU with CUDA"),
 ]
 
+HOLD_GIB = 3
+
+
+def _needs_vllm() -> None:
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed here")
+
+
+def qwen_spec(trial_id: str, **overrides):
+    """64 requests of 192-255 prompt + 192-255 response tokens, one rank's batch, bf16."""
+    config = json.loads(QWEN_05B_CONFIG.read_text())
+    spec = make_spec(
+        config,
+        trial_id=trial_id,
+        requests=64,
+        device="cuda",
+        dtype="bfloat16",
+        device_memory_cap_gib=None,
+        local_mini_batch_size=32,
+    )
+    spec.prompt_lengths = [192 + (i * 37) % 64 for i in range(64)]
+    spec.response_lengths = [192 + (i * 53) % 64 for i in range(64)]
+    spec.train_prompt_lengths = list(spec.prompt_lengths)
+    spec.train_response_lengths = list(spec.response_lengths)
+    spec.rollout.max_model_len = 512
+    spec.rollout.max_num_seqs = 64
+    spec.rollout.max_num_batched_tokens = 8192
+    spec.train.ppo_micro_batch_size_per_gpu = 8
+    spec.train.log_prob_micro_batch_size_per_gpu = 16
+    spec.train.ref_log_prob_micro_batch_size_per_gpu = 16
+    for key, value in overrides.items():
+        setattr(spec, key, value)
+    return spec
+
+
+class HeldGpuMemory:
+    """A separate process holding ``HOLD_GIB`` GiB on GPU 0 until the block ends."""
+
+    def __enter__(self) -> HeldGpuMemory:
+        code = (
+            "import sys, time, torch\n"
+            f"x = torch.empty({HOLD_GIB} << 30, dtype=torch.uint8, device='cuda')\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(120)\n"
+        )
+        self.proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline().strip() == "ready"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def test_nvml_reader_sees_memory_another_process_holds():
+    from trials.gpu_clean import unclean_message
+    from trials.memory import gpu_readings
+
+    with HeldGpuMemory() as held:
+        readings = gpu_readings()
+        assert readings and readings[0].used_gib >= HOLD_GIB
+        message = unclean_message(readings, threshold_gib=2.0)
+        assert message is not None and readings[0].gpu in message
+        pids = [p.pid for p in readings[0].processes]
+        if held.proc.pid in pids:  # same PID namespace: the holder is named
+            assert f"pid {held.proc.pid}" in message
+    deadline = time.monotonic() + 10
+    while (readings := gpu_readings()) and readings[0].used_gib >= HOLD_GIB:
+        assert time.monotonic() < deadline, "the holder's memory was not released"
+        time.sleep(0.2)
+
+
+def test_a_trial_refuses_a_gpu_someone_else_holds(tiny_config):
+    spec = make_spec(tiny_config, trial_id="not-clean", phases=["train"], device="cuda")
+    spec.gpu_clean_threshold_gib = 2.0
+    spec.gpu_clean_wait_s = 2.0
+    with HeldGpuMemory():
+        result = launch_trial(spec, timeout_s=120)
+    assert (result.status, result.phase, result.error_type) == ("error", "startup", "GpuNotClean")
+    assert "GiB in use" in result.error_message
+
 
 @pytest.mark.parametrize("offload", [False, True])
 def test_train_trial_on_cuda(tiny_config, offload):
@@ -37,9 +128,24 @@ def test_train_trial_on_cuda(tiny_config, offload):
     spec.train.param_offload = spec.train.optimizer_offload = offload
     result = launch_trial(spec, timeout_s=300)
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
-    assert result.metrics["train_dtype_bits"] == 16
-    assert result.metrics["train_peak_memory_gib"] > 0
+    m = result.metrics
+    assert m["train_dtype_bits"] == 16 and m["actor_master_dtype_bits"] == 32
+    assert m["actor_fsdp"] == 1 and m["actor_fsdp_fake_collectives"] == 0  # NCCL, world of 1
+    assert m["train_peak_memory_gib"] > 0 and m["actor_resident_gib"] > 0
+    assert (m["actor_reload_s"] > 0) == offload
+    assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
     assert not result.device.startswith("cpu")
+
+
+def test_one_rank_of_eight_holds_an_eighth_of_the_actor():
+    one = launch_trial(qwen_spec("rank-of-1", phases=["train"]), timeout_s=600)
+    eight = launch_trial(qwen_spec("rank-of-8", phases=["train"], n_gpus=8), timeout_s=600)
+    for result in (one, eight):
+        assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    assert eight.metrics["actor_fsdp_world_size"] == 8
+    assert eight.metrics["actor_fsdp_fake_collectives"] == 1
+    # ~12 bytes per parameter of the rank's share (fp32 weights + AdamW), plus allocator slack.
+    assert one.metrics["actor_resident_gib"] > 4 * eight.metrics["actor_resident_gib"]
 
 
 def test_train_trial_on_cuda_hits_a_real_oom_under_a_cap(tiny_config):
@@ -63,8 +169,7 @@ def test_train_trial_on_cuda_hits_a_real_oom_under_a_cap(tiny_config):
 
 @pytest.mark.engine
 def test_full_trial_on_cuda(tiny_config):
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vllm is not installed here")
+    _needs_vllm()
     spec = make_spec(
         tiny_config, trial_id="gpu-e2e", device="cuda", dtype="bfloat16", device_memory_cap_gib=None
     )
@@ -73,3 +178,45 @@ def test_full_trial_on_cuda(tiny_config):
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
     assert result.metrics["rollout_generated_tokens"] == sum(spec.response_lengths)
     assert result.metrics["kv_cache_tokens"] > 0
+    assert result.metrics["engine_sleep_s"] > 0 and result.metrics["engine_wake_s"] > 0
+
+
+@pytest.mark.engine
+def test_colocated_qwen_half_b_step_on_cuda():
+    _needs_vllm()
+    spec = qwen_spec("colocated")
+    spec.rollout.gpu_memory_utilization = 0.5
+    spec.rollout.enforce_eager = False
+    spec.rollout.cudagraph_capture_sizes = [1, 2, 4, 8, 16, 32, 64]
+    spec.train.param_offload = True  # verl's weight hand-over moves the actor every step
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m, t = result.metrics, result.phase_timings_s
+    # The actor (fp32 weights offloaded, AdamW state on the GPU) was resident when the engine
+    # started beside it, and the engine slept while the actor trained.
+    assert m["actor_resident_gib"] > 1.0
+    assert m["actor_ready_at_s"] <= m["engine_start_at_s"] < m["engine_ready_at_s"]
+    assert m["engine_released_at_s"] <= m["train_start_at_s"]
+    assert m["engine_resident_in_train"] == 0 and m["engine_sleep_s"] > 0
+    assert m["train_peak_memory_gib"] < m["rollout_peak_memory_gib"] / 2
+    assert m["engine_wake_s"] > 0 and m["actor_reload_s"] > 0
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    assert set(STEP_COMPONENTS) <= set(t)
+    assert m["step_time_s"] == pytest.approx(sum(t[k] for k in STEP_COMPONENTS))
+    for name in ("startup", "rollout", "train", "wake"):
+        assert m[f"{name}_peak_memory_gib"] > 0, name
+    assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
+
+
+@pytest.mark.engine
+def test_a_gpu_memory_utilization_that_cannot_fit_beside_the_actor_is_oom_at_startup():
+    _needs_vllm()
+    spec = qwen_spec("too-greedy")
+    spec.rollout.gpu_memory_utilization = 0.97  # the actor holds more than the 3% left
+    result = launch_trial(spec, timeout_s=600)
+    assert (result.status, result.phase) == ("oom", "startup"), (
+        result.error_message,
+        result.log_tail[-3000:],
+    )
+    assert result.metrics["actor_resident_gib"] > 0
+    assert "less than desired GPU memory utilization" in (result.error_message + result.log_tail)

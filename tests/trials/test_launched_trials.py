@@ -1,6 +1,6 @@
 """Real trials through ``launch_trial``: vLLM on CPU with the tiny model, plus train.
 
-One engine start per test; ~2 minutes in all on 2 cores.
+One engine start per engine test; ~3 minutes in all on 2 cores.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from trial_watch import TrialSessions
 
 from trials.launcher import launch_trial
 from trials.rollout import BACKENDS
-
-TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
+from trials.step import STEP_COMPONENTS, TRAIN_SUB_PHASES
 
 
 @pytest.mark.engine
@@ -28,6 +27,7 @@ def test_full_trial_on_cpu(tiny_config, engine):
         pytest.skip(f"{engine} is not installed here")
     spec = make_spec(tiny_config, trial_id=f"e2e-{engine}", samples_per_prompt=4)
     spec.rollout.engine = engine
+    spec.rollout.free_cache_engine = False  # the engine stays up beside the training actor
     spec.prompt_lengths = [p for p in spec.prompt_lengths[::4] for _ in range(4)]
     with TrialSessions() as sessions:
         result = launch_trial(spec, timeout_s=240)
@@ -42,14 +42,24 @@ def test_full_trial_on_cpu(tiny_config, engine):
         *(f"{p}_tokens_per_s" for p in TRAIN_SUB_PHASES),
         "throughput_tokens_per_s_per_gpu",
         "engine_startup_s",
+        "actor_resident_gib",
     ):
         assert m[name] > 0, name
     assert m["kv_cache_tokens"] >= spec.rollout.max_model_len
     assert m["rollout_preemptions"] >= 0
-    assert m["rollout_peak_memory_gib"] > 0 and m["train_peak_memory_gib"] > 0
-    assert m["peak_memory_gib"] == max(m["rollout_peak_memory_gib"], m["train_peak_memory_gib"])
-    assert set(t) == {"startup", "rollout", *TRAIN_SUB_PHASES}
-    step = m["rollout_makespan_s"] + sum(t[p] for p in TRAIN_SUB_PHASES)
+    peaks = [m[f"{p}_peak_memory_gib"] for p in ("startup", "rollout", "train")]
+    assert min(peaks) > 0 and m["peak_memory_gib"] == max(peaks)
+    # The actor (FSDP2 on gloo, a world of one) was built before the engine started; the
+    # engine stayed up (its processes' memory counted) until the actor had trained.
+    assert m["actor_fsdp"] == 1 and m["actor_fsdp_world_size"] == 1
+    assert m["actor_ready_at_s"] <= m["engine_start_at_s"] < m["engine_ready_at_s"]
+    assert m["engine_ready_at_s"] < m["train_start_at_s"] < m["train_end_at_s"]
+    assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
+    assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
+    assert m["train_peak_memory_gib"] >= 0.9 * m["rollout_peak_memory_gib"]
+    assert set(t) == {"startup", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    step = sum(t[p] for p in STEP_COMPONENTS if p in t)
+    assert step == pytest.approx(m["rollout_makespan_s"] + sum(t[p] for p in TRAIN_SUB_PHASES))
     assert m["step_time_s"] == pytest.approx(step)
     tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
     assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(tokens / step)
@@ -58,24 +68,28 @@ def test_full_trial_on_cpu(tiny_config, engine):
 
 @pytest.mark.engine
 def test_kv_cache_too_small_for_max_model_len_is_oom_at_startup(tiny_config):
-    # 0.0005 * 1 GiB = 0.5 MiB of KV cache: a few hundred tokens, max_model_len 4096.
-    spec = make_spec(tiny_config, trial_id="kv-oom", phases=["rollout"], device_memory_cap_gib=1.0)
+    # 0.0005 * 1 GiB = 0.5 MiB of KV cache: a few hundred tokens, max_model_len 4096. The
+    # actor is resident already (built first, as in verl) and is torn down with the trial.
+    spec = make_spec(tiny_config, trial_id="kv-oom", device_memory_cap_gib=1.0, requests=8)
     spec.rollout.gpu_memory_utilization = 0.0005
     spec.rollout.max_model_len = 4096
-    result = launch_trial(spec, timeout_s=240)
+    with TrialSessions() as sessions:
+        result = launch_trial(spec, timeout_s=240)
     assert (result.status, result.phase) == ("oom", "startup"), result.error_message
     # The exception only says "see root cause above"; the engine's log said why.
     assert "larger than the available KV cache memory" in result.log_tail
+    assert result.metrics["actor_ready_at_s"] <= result.metrics["engine_start_at_s"]
+    assert sessions.leftovers() == []
 
 
 @pytest.mark.engine
 def test_timeout_kills_the_whole_process_group(tiny_config):
     spec = make_spec(tiny_config, trial_id="too-slow", phases=["rollout"])
     with TrialSessions() as sessions:
-        result = launch_trial(spec, timeout_s=15, grace_s=3)
+        result = launch_trial(spec, timeout_s=10, grace_s=3)
     assert result.status == "timeout"
     assert result.phase == "startup"  # from the progress file: the engine was starting
-    assert result.wall_s < 15 + 3 + 10 + 5
+    assert result.wall_s < 10 + 3 + 10 + 5
     assert sessions.sids and sessions.leftovers() == []
 
 

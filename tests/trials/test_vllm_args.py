@@ -6,6 +6,20 @@ from trial_helpers import make_spec
 
 from trials.rollout.vllm import engine_kwargs
 
+VERL_ARGS = (
+    "gpu_memory_utilization",
+    "max_num_batched_tokens",
+    "max_num_seqs",
+    "tensor_parallel_size",
+    "enforce_eager",
+    "max_model_len",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "enable_sleep_mode",
+    "load_format",
+    "skip_tokenizer_init",
+)
+
 
 def test_cpu_kv_cache_is_sized_from_the_cap(tiny_config):
     spec = make_spec(tiny_config, device_memory_cap_gib=2.0)
@@ -14,6 +28,8 @@ def test_cpu_kv_cache_is_sized_from_the_cap(tiny_config):
     assert kwargs["kv_cache_memory_bytes"] == 512 * 2**20
     assert kwargs["load_format"] == "dummy" and kwargs["skip_tokenizer_init"] is True
     assert kwargs["max_model_len"] == 256 and kwargs["tensor_parallel_size"] == 1
+    assert kwargs["enable_prefix_caching"] is True and kwargs["enable_chunked_prefill"] is True
+    assert "enable_sleep_mode" not in kwargs  # vLLM has no sleep mode on CPU
 
 
 def test_cudagraph_sizes_only_without_eager_and_engine_kwargs_win(tiny_config):
@@ -24,6 +40,32 @@ def test_cudagraph_sizes_only_without_eager_and_engine_kwargs_win(tiny_config):
     spec.rollout.enforce_eager = False
     spec.rollout.engine_kwargs = {"max_num_seqs": 7, "enable_prefix_caching": False}
     kwargs = engine_kwargs(spec, "bfloat16", "/m")
-    assert kwargs["compilation_config"] == {"cudagraph_capture_sizes": [1, 8, 64]}
+    assert kwargs["compilation_config"] == {
+        "cudagraph_mode": "FULL_AND_PIECEWISE",
+        "cudagraph_capture_sizes": [1, 8, 64],
+    }
     assert kwargs["max_num_seqs"] == 7 and kwargs["enable_prefix_caching"] is False
     assert "kv_cache_memory_bytes" not in kwargs
+
+
+def test_cuda_engine_is_built_as_verls_colocated_rollout(tiny_config):
+    spec = make_spec(tiny_config, device="cuda", device_memory_cap_gib=None)
+    spec.rollout.gpu_memory_utilization = 0.6
+    spec.rollout.max_num_batched_tokens = 4096
+    spec.rollout.max_num_seqs = 128
+    spec.rollout.enforce_eager = False
+    kwargs = engine_kwargs(spec, "bfloat16", "/m")
+    assert {k: kwargs[k] for k in VERL_ARGS} == {
+        "gpu_memory_utilization": 0.6,
+        "max_num_batched_tokens": 4096,
+        "max_num_seqs": 128,
+        "tensor_parallel_size": 1,
+        "enforce_eager": False,
+        "max_model_len": 256,
+        "enable_prefix_caching": True,
+        "enable_chunked_prefill": True,
+        "enable_sleep_mode": True,
+        "load_format": "dummy",
+        "skip_tokenizer_init": True,
+    }
+    assert kwargs["compilation_config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}

@@ -9,6 +9,7 @@ from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
 
 REPO = Path(__file__).resolve().parents[2]
 TINY_CONFIG = REPO / "autotuner" / "catalog" / "tiny.json"
+QWEN_05B_CONFIG = REPO / "autotuner" / "catalog" / "qwen2.5-0.5b.json"
 
 
 def make_spec(config: dict, trial_id: str = "t", requests: int = 32, **overrides) -> TrialSpec:

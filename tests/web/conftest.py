@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 FINISHED = ("succeeded", "failed", "cancelled")
@@ -132,6 +134,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+        ARTIFACTS.mkdir(exist_ok=True)  # the server's log, to read when a test fails
+        shutil.copyfile(srv.log_path, ARTIFACTS / "web-server.log")
 
 
 @pytest.fixture(scope="session")
@@ -188,3 +192,15 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A screenshot of the browser's page when a browser test fails, beside the server log."""
+    report = yield
+    browser = getattr(item, "funcargs", {}).get("browser")
+    if report.when == "call" and report.failed and browser is not None:
+        ARTIFACTS.mkdir(exist_ok=True)
+        with contextlib.suppress(Exception):  # the browser may be what failed
+            browser.save_screenshot(str(ARTIFACTS / f"failed-{item.name}.png"))
+    return report

@@ -3,6 +3,7 @@ job: live progress, the Pareto scatter, the trials table, downloads, the submit 
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 from typing import Any
@@ -135,11 +136,11 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     ARTIFACTS.mkdir(exist_ok=True)
     _click_header(browser, key)
     _js(browser, "window.scrollTo(0, 0)")
-    for _ in range(2):  # the whole page: resize to its height, which may change once
-        browser.set_window_size(1400, int(_js(browser, "return document.documentElement.scrollHeight")))
-        time.sleep(0.5)  # Plotly follows the window's size
-    browser.save_screenshot(str(ARTIFACTS / "job-page.png"))
-    browser.set_window_size(1400, 1000)
+    size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
+    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
+        "format": "png", "captureBeyondViewport": True,
+        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    (ARTIFACTS / "job-page.png").write_bytes(base64.b64decode(shot["data"]))
 
 
 def test_submit_form_reports_the_field_then_submits_and_cancels(server: Any,

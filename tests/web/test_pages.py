@@ -63,7 +63,8 @@ def test_job_page_shows_status_front_trials_and_downloads(server: Any,
     assert len(re.findall(r'<tr id="trial-\d+"', page.text)) == len(trials)
     for t in trials:
         href = f'/v1/jobs/{job_id}/trials/{t["number"]}/config?format=yaml'
-        assert f'href="{href}"\n   download="web-e2e-trial{t["number"]}.yaml"' in page.text
+        link = rf'<a [^>]*href="{re.escape(href)}"[^>]*download="web-e2e-trial{t["number"]}\.yaml"'
+        assert re.search(link, page.text), href
         download = httpx.get(server.url + href)
         assert download.status_code == 200
         assert "attachment" in download.headers["content-disposition"]
