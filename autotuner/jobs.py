@@ -25,7 +25,7 @@ from autotuner.records import TrialRecord, records
 from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
-from autotuner.study import RunHooks, StudyRunner, open_study, recover_interrupted
+from autotuner.study import BREAKER_PREFIX, RunHooks, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
 from storage import Database, JobNotOwnedError, JobRecord, JobStore
 from trials.types import TrialResult
@@ -145,10 +145,12 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
     summary = summarize(spec, result.records, result.stop_reason)
     status = "cancelled" if result.stop_reason == "cancelled" else "succeeded"
-    if status == "succeeded" and summary.best is None:
-        status = "failed"
-    ctx.store.finish(job_id, status, stop_reason=result.stop_reason,
-                     error=None if status != "failed" else "no trial succeeded",
+    error = None
+    if result.stop_reason.startswith(BREAKER_PREFIX):
+        status, error = "failed", result.stop_reason
+    elif status == "succeeded" and summary.best is None:
+        status, error = "failed", "no trial succeeded"
+    ctx.store.finish(job_id, status, stop_reason=result.stop_reason, error=error,
                      result_json=json.dumps(summary.to_dict()))
     return summary
 

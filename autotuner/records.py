@@ -20,6 +20,7 @@ from trials.types import TrialResult
 #   duplicate    same config as an earlier trial; that trial's outcome is reused, not re-run
 #   interrupted  was running when the tuner process died; marked failed on resume
 #   running      in flight now
+#   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
 INFEASIBLE_STATUSES = ("oom", "timeout")
 
 

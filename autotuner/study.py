@@ -5,6 +5,9 @@ Outcome mapping (Optuna samplers ignore FAIL trials and would propose them again
 - ``oom``/``timeout``: COMPLETE with the worst objective values and constraint > 0,
   so constrained samplers learn the boundary; never re-run.
 - ``error``: FAIL with the error kept; never re-run.
+- an error outside the config (GPU not clean, Ray worker lost, cancelled): FAIL as
+  ``infra_error``; not counted against the budget, may run again; a few in a row stop
+  the job (circuit breaker).
 - a proposal that breaks a verl rule: FAIL as ``invalid``, never run.
 - a proposal equal to an earlier trial's config: told that trial's outcome as
   ``duplicate``, not run again.
@@ -40,6 +43,15 @@ log = logging.getLogger(__name__)
 # as exhausted.
 MAX_UNRUNNABLE_IN_A_ROW = 200
 CONSTRAINT = "fits"
+# Failures that say nothing about the config (the machine or Ray failed, or the user
+# cancelled): recorded as ``infra_error``, not counted, and the config may run again.
+INFRA_ERROR_TYPES = frozenset({
+    "GpuNotClean", "TrialLaunchError", "Cancelled", "WorkerCrashedError", "NodeDiedError", "RaySystemError",
+    "LocalRayletDiedError", "OwnerDiedError", "ObjectLostError", "ActorDiedError",
+})
+# This many infrastructure failures in a row stop the job: the machine cannot measure.
+MAX_INFRA_ERRORS_IN_A_ROW = 3
+BREAKER_PREFIX = "circuit breaker"
 DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 
@@ -138,6 +150,7 @@ class StudyRunner:
         measured = self._load_known()
         deadline = time.monotonic() + budget.max_minutes * 60
         unrunnable_in_a_row = 0
+        infra_in_a_row, last_infra = 0, ""
         stop_reason = ""
         while True:
             if self.hooks.stop_requested():
@@ -164,8 +177,18 @@ class StudyRunner:
                     stop_reason = f"reached max_minutes ({budget.max_minutes:g})"
                 break
             for result in self.executor.wait(timeout_s=1.0):
-                self._finish(result)
-                measured += 1
+                if self._finish(result):
+                    measured += 1
+                    infra_in_a_row = 0
+                else:
+                    infra_in_a_row += 1
+                    last_infra = f"{result.error_type}: {result.error_message or ''}"[:500]
+            if infra_in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW:
+                for result in self.executor.cancel_all():
+                    self._finish(result)
+                stop_reason = (f"{BREAKER_PREFIX}: {infra_in_a_row} trials in a row failed for "
+                               f"reasons outside their configs; last: {last_infra}")
+                break
         return RunSummary(stop_reason, measured, records(self.study))
 
     def _launch_one(self) -> bool:
@@ -213,10 +236,16 @@ class StudyRunner:
             values.append(worst)
         return values
 
-    def _finish(self, result: TrialResult) -> None:
+    def _finish(self, result: TrialResult) -> bool:
+        """Tell the outcome; False when it was an infrastructure failure (not counted)."""
         trial, config = self._pending.pop(result.trial_id)
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
+        if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
+            trial.set_user_attr("status", "infra_error")
+            self.study.tell(trial, state=TrialState.FAIL)
+            self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
+            return False
         values = self._objective_values(result) if result.ok else None
         if result.ok and values is None:
             trial.set_user_attr("status", "error")
@@ -232,6 +261,7 @@ class StudyRunner:
         record = record_of(self.study._storage.get_trial(trial._trial_id))
         self._known.setdefault(config_key(config), record)
         self.hooks.on_record(record)
+        return True
 
     def _tell_unrun(self, trial: optuna.Trial, config: dict[str, Any], status: str, why: str) -> None:
         trial.set_user_attr("status", status)

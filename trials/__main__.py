@@ -13,11 +13,15 @@ The ``__main__`` guard matters: vLLM spawns its engine by re-importing this modu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import Callable
 
 
 def _write_json(path: str, text: str) -> None:
@@ -32,6 +36,7 @@ def _guard_process_group() -> None:
         return  # run by hand inside someone else's group: leave signals alone
 
     def kill_group(signum: int, frame: object) -> None:
+        _kill_descendants()  # engine processes that left our group die too
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, kill_group)
@@ -44,6 +49,33 @@ def _guard_process_group() -> None:
         pass  # not Linux/glibc: the launcher's own cleanup still applies
     if os.getppid() == 1:  # the parent died before prctl took effect
         kill_group(signal.SIGTERM, None)
+    _watch_parent(kill_group)
+
+
+def _watch_parent(kill_group: Callable[[int, object], None]) -> None:
+    """Kill the group when the launcher dies, from a thread: a Python signal handler only
+    runs when the main thread next executes bytecode, which a blocking call into CUDA or the
+    engine can delay forever (seen on an H200: a vLLM EngineCore kept 78 GiB after its
+    trial's launcher was killed)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        kill_group(signal.SIGKILL, None)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _kill_descendants() -> None:
+    """Kill every descendant by pid: the group kill misses one that made its own session."""
+    try:
+        import psutil
+    except ImportError:
+        return
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.kill()
 
 
 def _run(args: argparse.Namespace) -> int:

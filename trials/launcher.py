@@ -93,15 +93,22 @@ def _launch(
     start = time.monotonic()
     child_env = _child_env(extra_env)
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=child_env,
-            cwd=str(workdir),
-        )
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=child_env,
+                cwd=str(workdir),
+            )
+        except OSError as exc:  # e.g. the engine's Python is missing: nothing ran
+            return TrialResult(
+                spec.trial_id, "error", phase="startup", error_type="TrialLaunchError",
+                error_message=f"cannot start the trial with {python!r}: {exc}; check "
+                "AUTOTUNER_TRIAL_PYTHON or the engine's environment",
+            )
     timed_out = False
     try:
         proc.wait(timeout=timeout_s)

@@ -188,3 +188,20 @@ def test_baselines_are_enqueued_first_with_their_names(tmp_path) -> None:
     assert production[R + "log_prob_micro_batch_size_per_gpu"] == 8
     # Knobs the baseline does not name keep verl's defaults.
     assert production[A + "fsdp_config.optimizer_offload"] is False
+
+
+def test_a_failure_loop_outside_the_configs_trips_the_circuit_breaker(tmp_path, ray_local) -> None:
+    # Every trial fails the same way for a reason no config can fix: the engine's Python
+    # is missing. The job must stop after a few, count none, and say why.
+    spec = _train_only_job(tmp_path, [1, 2, 4, 8], cap_gib=4, max_trials=20)
+    space = SearchSpace.build(spec, spec.validate_model(), "cpu")
+    study = open_study(spec, "breaker", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    runner = StudyRunner(spec, study, space, RayExecutor(trial_python=str(tmp_path / "no-python")),
+                         "cpu", memory_cap_gib=4, cpus_per_trial=1)
+    summary = runner.run()
+    assert summary.stop_reason.startswith("circuit breaker: 3 trials in a row")
+    assert "TrialLaunchError" in summary.stop_reason and "no-python" in summary.stop_reason
+    assert summary.measured == 0
+    recs = records(study)
+    assert [r.status for r in recs] == ["infra_error"] * 3
+    assert not [r for r in recs if r.measured]
