@@ -13,9 +13,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_local():
-    """A real local Ray with the machine's CPUs (trials reserve CPUs on a CPU machine)."""
+    """A real local Ray with the machine's CPUs (trials reserve CPUs on a CPU machine).
+
+    Shut down after each module: a driver left connected while later modules launch
+    engine trials directly was seen to exit pytest abruptly (status 1, no summary) during
+    tests/trials' KV-too-small trial; not reproduced outside pytest."""
     import ray
 
     if not ray.is_initialized():
