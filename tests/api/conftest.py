@@ -20,6 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
+from trials.launcher import session_processes
+
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "test-token-5f1c"
 A = "actor_rollout_ref.actor."
@@ -60,21 +62,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _session_members(sid: int) -> list[int]:
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
 
 
 class Server:
@@ -147,7 +134,7 @@ class Server:
     def _sweep(self) -> None:
         assert self.proc is not None
         deadline = time.monotonic() + 20
-        while (left := _session_members(self.proc.pid)) and time.monotonic() < deadline:
+        while (left := session_processes(self.proc.pid)) and time.monotonic() < deadline:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)

@@ -19,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
+from trials.launcher import session_processes
+
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -43,22 +45,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _session_members(sid: int) -> list[int]:
-    """Live processes of process session ``sid`` (the server, Ray and the trial workers)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
 
 
 class Server:
@@ -118,7 +104,7 @@ class Server:
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
         deadline = time.monotonic() + 20
-        while (left := _session_members(self.proc.pid)) and time.monotonic() < deadline:
+        while (left := session_processes(self.proc.pid)) and time.monotonic() < deadline:
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
