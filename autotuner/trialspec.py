@@ -86,4 +86,5 @@ def build_trial_spec(
         rollout_replicas=replicas,
         device_memory_cap_gib=device_memory_cap_gib,
         seed=spec.seed,
+        train_probe=device == "cuda",  # where a failed trial's rollout costs GPU time
     )

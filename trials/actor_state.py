@@ -114,6 +114,14 @@ class ActorState:
             return torch.cuda.memory_reserved(self.device) / GIB
         return resident_bytes(self, "cpu") / GIB
 
+    def allocated_gib(self) -> float:
+        """Device memory in the actor's live tensors (``resident_gib`` less the allocator's
+        cached, unused blocks)."""
+        if self.device.type == "cuda":
+            gc.collect()
+            return torch.cuda.memory_allocated(self.device) / GIB
+        return resident_bytes(self, "cpu") / GIB
+
     def metrics(self) -> dict[str, float]:
         master = next(iter(self.model.parameters()))
         return {

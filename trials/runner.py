@@ -6,7 +6,10 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
 1. ``startup``: on CUDA, wait until the trial's GPUs are clean (``gpu_clean``). With
    ``train``: the actor's process group (``distributed``) and its ``ActorState`` (fp32
    master weights, AdamW state, the reference model, the offload policy applied) first,
-   under the device cap. With ``rollout``: then the engine, with the proposed
+   under the device cap. With both phases and ``train_probe``: each train sub-phase's
+   largest micro-batch once (``train.probe_train``; a micro-batch too large for the
+   device fails here, tagged with its sub-phase, before the engine's start-up and the
+   rollout are paid for). With ``rollout``: then the engine, with the proposed
    ``gpu_memory_utilization``, beside the resident actor, so a value that does not fit
    beside it is refused as in verl (by vLLM on a GPU; by ``colocation`` on a capped
    device). ``engine_startup_s`` is a cost of the trial, not of a step.
@@ -177,11 +180,22 @@ class _Trial:
             self.baseline_bytes = process_tree_rss_bytes()
 
     def startup(self) -> None:
-        with self.sampled("startup"):
-            if self.train:
+        if self.train:
+            with self.sampled("startup"):
                 self.build_actor()
-            if self.rollout:
+        if self.train and self.rollout and self.spec.train_probe:
+            self.probe_train()
+        if self.rollout:
+            with self.sampled("startup"):
                 self.start_engine()
+
+    def probe_train(self) -> None:
+        """Fail fast: the train sub-phases' largest micro-batches before the engine starts."""
+        from trials.train import probe_train
+
+        with self.sampled("train_probe"), device_memory_cap(self.spec.device, self.train_cap_gib(False)):
+            self.metrics["train_probe_s"] = probe_train(self.spec, self.dtype, self.actor)
+        self.mark("train_probe_end")
 
     def check_gpus_clean(self) -> None:
         from trials.gpu_clean import wait_for_clean_gpus
@@ -202,6 +216,7 @@ class _Trial:
                 self.actor = build_actor_state(spec, self.dtype, self.world)
             self.metrics["train_model_build_s"] = time.perf_counter() - t0
             self.metrics["actor_resident_gib"] = self.actor.resident_gib()
+            self.metrics["actor_allocated_gib"] = self.actor.allocated_gib()
             self.metrics.update(self.actor.metrics())
         self.mark("actor_ready")
 
@@ -336,7 +351,8 @@ class _Trial:
             with sampler:
                 yield
         finally:
-            self.metrics[f"{name}_peak_memory_gib"] = sampler.peak_gib
+            key = f"{name}_peak_memory_gib"  # a phase sampled in parts keeps its highest
+            self.metrics[key] = max(sampler.peak_gib, self.metrics.get(key, 0.0))
             self.peaks.append(sampler.peak_gib)
             self.metrics["peak_memory_gib"] = max(self.peaks)
 

@@ -151,6 +151,59 @@ def prepare_train(spec: TrialSpec, dtype: str) -> None:
     gc.collect()
 
 
+def _make_setup(spec: TrialSpec, dtype: str, state: ActorState) -> _Setup:
+    pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
+    lengths = [p + r for p, r in pairs]
+    return _Setup(
+        spec=spec,
+        device=state.device,
+        autocast=None if dtype == "float32" else actor.torch_dtype(dtype),
+        sequences=random_sequences(spec.model_config, lengths, spec.seed + 1),
+        response_lengths=list(spec.train_response_lengths),
+        lengths=lengths,
+    )
+
+
+def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
+    """Run each sub-phase's largest micro-batch once, untimed, with the sub-phase's
+    offload moves, as ``run_train`` will; return the seconds it took.
+
+    Meant for the moment between the actor's build and the engine's start-up
+    (``TrialSpec.train_probe``): nothing but the actor is on the device, which is less
+    than training will have beside it (the sleeping engine's remains), so a
+    micro-batch that runs out of memory here also would after the rollout. Exceptions
+    propagate, tagged with the sub-phase. The allocator's cache is emptied afterwards,
+    so the engine sees the device as the actor alone leaves it.
+    """
+    check_train_spec(spec)
+    setup = _make_setup(spec, dtype, state)
+    plans = train_plans(spec)
+    setup.sync()
+    t0 = time.perf_counter()
+    with in_phase("old_log_prob"):
+        state.model.eval()
+        state.load_params()
+        _forward(setup, state.model, _largest(setup, plans["old_log_prob"]))
+        state.offload_params()
+    if state.ref is not None:
+        with in_phase("ref_log_prob"):
+            state.load_ref()
+            _forward(setup, state.ref, _largest(setup, plans["ref_log_prob"]))
+            state.offload_ref()
+    with in_phase("update_actor"):
+        state.model.train()
+        state.load_params()
+        state.load_optimizer()
+        _forward_backward(setup, state.model)(_largest(setup, plans["update_actor"]))
+        _optimizer_step(state.optimizer)
+        state.offload_optimizer()
+        state.offload_params()
+    setup.sync()
+    seconds = time.perf_counter() - t0
+    release(state.device)
+    return seconds
+
+
 def run_train(
     spec: TrialSpec,
     dtype: str,
@@ -177,16 +230,8 @@ def run_train(
                 del own
                 release(device)
         return
-    pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
-    lengths = [p + r for p, r in pairs]
-    setup = _Setup(
-        spec=spec,
-        device=state.device,
-        autocast=None if dtype == "float32" else actor.torch_dtype(dtype),
-        sequences=random_sequences(spec.model_config, lengths, spec.seed + 1),
-        response_lengths=list(spec.train_response_lengths),
-        lengths=lengths,
-    )
+    setup = _make_setup(spec, dtype, state)
+    lengths = setup.lengths
     metrics["train_dtype_bits"] = dtype_bits(dtype)
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
@@ -240,11 +285,13 @@ def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
     return max(plan, key=padded)
 
 
-def _forward_phase(setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch]) -> float:
-    def forward(mb: MicroBatch) -> None:
-        with torch.no_grad():
-            actor.response_log_probs(model, setup.tensors(mb), setup.autocast)
+def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch) -> None:
+    with torch.no_grad():
+        actor.response_log_probs(model, setup.tensors(mb), setup.autocast)
 
+
+def _forward_phase(setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch]) -> float:
+    forward = functools.partial(_forward, setup, model)
     forward(_largest(setup, plan))
     rate = _measure_rate(setup, plan, forward)
     return sum(setup.lengths) / rate
@@ -261,13 +308,8 @@ def _measure_rate(
     return tokens / seconds
 
 
-def _update_phase(
-    setup: _Setup,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    plan: list[MicroBatch],
-) -> tuple[float, float]:
-    """(estimated seconds for the batch, one optimizer step's seconds)."""
+def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroBatch], None]:
+    """One micro-batch's policy-loss forward and backward, gradients accumulated."""
     mini_batch_size = setup.spec.local_mini_batch_size
     generator = torch.Generator().manual_seed(setup.spec.seed + 2)
 
@@ -280,10 +322,23 @@ def _update_phase(
         )
         loss.backward()
 
-    def optimizer_step() -> None:
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    return forward_backward
 
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _update_phase(
+    setup: _Setup,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    plan: list[MicroBatch],
+) -> tuple[float, float]:
+    """(estimated seconds for the batch, one optimizer step's seconds)."""
+    forward_backward = _forward_backward(setup, model)
+    optimizer_step = functools.partial(_optimizer_step, optimizer)
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
     optimizer_step()
     rate = _measure_rate(setup, plan, forward_backward)

@@ -112,6 +112,12 @@ class TrialSpec:
     # waiting up to gpu_clean_wait_s for a previous trial's processes to let go.
     gpu_clean_threshold_gib: float = 2.0
     gpu_clean_wait_s: float = 60.0
+    # With both phases: run each train sub-phase's largest micro-batch once right after
+    # the actor is built, before the engine starts (``trials.train.probe_train``). The
+    # engine, asleep in training, only adds memory, so a micro-batch that does not fit
+    # then will not fit after the rollout either: the trial fails in seconds instead of
+    # after the engine's start-up and the whole rollout.
+    train_probe: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

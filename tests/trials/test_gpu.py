@@ -144,8 +144,12 @@ def test_one_rank_of_eight_holds_an_eighth_of_the_actor():
         assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
     assert eight.metrics["actor_fsdp_world_size"] == 8
     assert eight.metrics["actor_fsdp_fake_collectives"] == 1
-    # ~12 bytes per parameter of the rank's share (fp32 weights + AdamW), plus allocator slack.
-    assert one.metrics["actor_resident_gib"] > 4 * eight.metrics["actor_resident_gib"]
+    # 12 bytes per parameter of the rank's share (fp32 weights + AdamW; the reference model
+    # lives in pinned host memory): an eighth, give or take the unsharded buffers.
+    assert one.metrics["actor_allocated_gib"] > 6 * eight.metrics["actor_allocated_gib"]
+    # What the engine cannot use also holds the allocator's cached blocks (seen on an H200:
+    # 6.25 vs 1.56 GiB reserved, 4x), still far below the unsharded actor.
+    assert one.metrics["actor_resident_gib"] > 3 * eight.metrics["actor_resident_gib"]
 
 
 def test_train_trial_on_cuda_hits_a_real_oom_under_a_cap(tiny_config):

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the GPU host, after setup-host.sh: start a Ray head over the host's GPUs and run the
+# given job specs as concurrent studies on it (AUTOTUNER_RAY_ADDRESS), each with its own
+# SQLite database under /tmp/at/<job>. Everything is started detached (setsid), so the
+# studies outlive the device call that started them; poll.sh collects their results.
+# The code runs from a private copy (/tmp/repo), so later calls that refresh the working
+# tree cannot change it under a running study.
+# usage: bash benchmarks/gpu/run-studies.sh JOB.yaml [JOB.yaml ...]
+set -euo pipefail
+rm -rf /tmp/repo && mkdir -p /tmp/repo /tmp/at/logs
+cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+cd /tmp/repo
+export PYTHONPATH=/tmp/site:/tmp/repo VLLM_USE_FLASHINFER_SAMPLER=0 \
+  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+gpus=$(nvidia-smi -L | wc -l)
+setsid python3 -m ray.scripts.scripts start --head --port 6390 --num-gpus "$gpus" \
+  --include-dashboard=false --disable-usage-stats > /tmp/at/logs/ray.log 2>&1
+for job in "$@"; do
+  name=$(basename "$job" .yaml)
+  AUTOTUNER_RAY_ADDRESS=127.0.0.1:6390 AUTOTUNER_DATA_DIR=/tmp/at/$name \
+    setsid nohup python3 -m autotuner.cli tune "$job" > "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
+  echo "$!" > "/tmp/at/logs/$name.pid"
+  echo "started $name (pid $!) on a Ray head with $gpus GPUs"
+done
