@@ -22,12 +22,13 @@ from autotuner import hardware
 from autotuner.errors import AutotunerError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
 from autotuner.records import TrialRecord, records
+from autotuner.recovery import RepeatedErrorBreaker, database_unavailable, retry_interrupted
 from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
 from autotuner.study import BREAKER_PREFIX, RunHooks, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
-from storage import Database, JobNotOwnedError, JobRecord, JobStore
+from storage import Database, DatabaseUnavailableError, JobNotOwnedError, JobRecord, JobStore
 from trials.types import TrialResult
 
 log = logging.getLogger(__name__)
@@ -104,14 +105,27 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
     true, the trials in flight are cancelled without being recorded and the job goes back
     to the queue, to be resumed by the next runner; the summary's stop_reason is then
     ``SHUTDOWN_STOP_REASON``.
+
+    Trials a dead run left behind are marked ``interrupted`` and their configs run again,
+    once (``recovery.retry_interrupted``). ``SAME_ERROR_IN_A_ROW`` trials in a row failing
+    with the same error stop the job as failed, naming it. When the database cannot be
+    reached the exception propagates and the job is left running (not failed): the
+    service's runner puts it back in the queue once the database answers.
     """
     caller = hooks or RunHooks()
     stopping = shutdown or (lambda: False)
-    hooks = RunHooks(on_record=caller.on_record, on_start=caller.on_start,
-                     stop_requested=lambda: caller.stop_requested() or stopping())
+    breaker = RepeatedErrorBreaker()
+
+    def on_record(record: TrialRecord) -> None:
+        breaker.see(record)
+        caller.on_record(record)
+
+    hooks = RunHooks(on_record=on_record, on_start=caller.on_start,
+                     stop_requested=lambda: breaker.tripped or caller.stop_requested() or stopping())
     job = ctx.store.get(job_id)
     spec = ctx.spec_of(job)
     settings = ctx.settings
+    executor = _StoppableExecutor(stopping, trial_python=settings.trial_python)
     try:
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
@@ -120,11 +134,15 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         if interrupted:
             log.warning("job %s: trials %s were running when the tuner stopped; marked failed",
                         job_id, interrupted)
+        retried = retry_interrupted(study)
+        if retried:
+            log.warning("job %s: the configs of interrupted trials %s run again (once)",
+                        job_id, retried)
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
         cpus = cluster_resources().get("CPU", 1.0)
         runner = StudyRunner(
             spec=spec, study=study, space=space,
-            executor=_StoppableExecutor(stopping, trial_python=settings.trial_python),
+            executor=executor,
             device=device, memory_cap_gib=memory_cap_gib(spec, device, settings),
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
             hooks=_with_progress(ctx, job_id, spec, hooks,
@@ -132,12 +150,19 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         )
         runner.enqueue_baseline()
         result = runner.run()
-    except AutotunerError as exc:
-        ctx.store.finish(job_id, "failed", stop_reason="error", error=str(exc))
+    except BaseException as exc:
+        if executor.in_flight:  # no trial task outlives the run that started it
+            executor.cancel_all()
+        if isinstance(exc, Exception) and not database_unavailable(exc):
+            why = str(exc) if isinstance(exc, AutotunerError) else f"{type(exc).__name__}: {exc}"
+            ctx.store.finish(job_id, "failed", stop_reason="error", error=why)
         raise
-    except Exception as exc:
-        ctx.store.finish(job_id, "failed", stop_reason="error", error=f"{type(exc).__name__}: {exc}")
-        raise
+    if breaker.tripped:
+        stop_reason = f"{BREAKER_PREFIX}: {breaker.reason}"
+        summary = summarize(spec, result.records, stop_reason)
+        ctx.store.finish(job_id, "failed", stop_reason=stop_reason, error=stop_reason,
+                         result_json=json.dumps(summary.to_dict()))
+        return summary
     if (result.stop_reason == "cancelled" and stopping()
             and not ctx.store.is_cancel_requested(job_id)):
         ctx.store.release(job_id, runner_id())
@@ -173,14 +198,23 @@ def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks,
 
     def stop_requested() -> bool:
         now = time.monotonic()
-        if now - state["beat"] >= HEARTBEAT_EVERY_S:
-            state["beat"] = now
-            try:
-                ctx.store.heartbeat(job_id, me)
-            except JobNotOwnedError:
-                log.error("job %s is no longer owned by %s; stopping", job_id, me)
-                state["lost"] = True
-        return bool(state["lost"]) or ctx.store.is_cancel_requested(job_id) or hooks.stop_requested()
+        try:
+            if now - state["beat"] >= HEARTBEAT_EVERY_S:
+                state["beat"] = now
+                try:
+                    ctx.store.heartbeat(job_id, me)
+                except JobNotOwnedError:
+                    log.error("job %s is no longer owned by %s; stopping", job_id, me)
+                    state["lost"] = True
+            cancel = ctx.store.is_cancel_requested(job_id)
+        except DatabaseUnavailableError as exc:
+            # A database restart must not cut a trial short: keep polling; the trial's
+            # result is told once the database answers (or the job resumes if it does not).
+            log.warning("job %s: cannot poll the database (%s); the trials in flight go on",
+                        job_id, exc)
+            state["beat"] = 0.0
+            cancel = False
+        return bool(state["lost"]) or cancel or hooks.stop_requested()
 
     return RunHooks(on_record=on_record, on_start=hooks.on_start, stop_requested=stop_requested)
 

@@ -13,6 +13,8 @@
 - A cancel request reaches a worker through ``JobStore.is_cancel_requested``, polled by
   ``execute``: in-flight trials are cancelled, measured ones kept, the job ends
   ``cancelled``.
+- A job whose run fails because the database cannot be reached is not marked failed: it
+  goes back to the queue once the database answers, and resumes.
 - ``stop()`` once, on shutdown: no new job is claimed, each worker cancels its in-flight
   trial tasks without recording them and puts its job back in the queue (the next
   service resumes it; the cancelled trials become ``interrupted``), and the threads are
@@ -27,9 +29,12 @@ import time
 
 from autotuner.errors import AutotunerError
 from autotuner.jobs import JobContext, execute, recover_orphans, runner_id
+from autotuner.recovery import database_unavailable, root_cause
 from storage import JobStateError, StorageError
 
 log = logging.getLogger(__name__)
+# Longest wait between two tries to requeue a job whose database went away.
+REQUEUE_MAX_WAIT_S = 10.0
 
 
 class JobRunner:
@@ -123,12 +128,35 @@ class JobRunner:
         try:
             summary = execute(self.ctx, job_id, shutdown=self._stopping.is_set)
             log.info("job %s stopped: %s", job_id, summary.stop_reason)
-        except (AutotunerError, StorageError) as exc:
-            log.error("job %s failed: %s", job_id, exc)
-            self._mark_failed(job_id, str(exc))
         except Exception as exc:
-            log.exception("job %s failed", job_id)
-            self._mark_failed(job_id, f"{type(exc).__name__}: {exc}")
+            if database_unavailable(exc):
+                log.error("job %s: the database failed (%s); the job goes back to the queue "
+                          "once it answers", job_id, root_cause(exc))
+                self._requeue_when_reachable(job_id)
+            elif isinstance(exc, (AutotunerError, StorageError)):
+                log.error("job %s failed: %s", job_id, exc)
+                self._mark_failed(job_id, str(exc))
+            else:
+                log.exception("job %s failed", job_id)
+                self._mark_failed(job_id, f"{type(exc).__name__}: {exc}")
+
+    def _requeue_when_reachable(self, job_id: str) -> None:
+        """Put a job whose run lost its database back in the queue as soon as the database
+        answers again; the next claim resumes it (its cut-off trial is retried once). If this
+        service stops first, the next one finds the job orphaned and resumes it."""
+        delay_s = self.poll_s
+        while not self._stopping.is_set():
+            try:
+                self.ctx.store.release(job_id, runner_id())
+                log.warning("job %s: the database answers again; back in the queue", job_id)
+                return
+            except JobStateError:
+                return  # finished, or requeued by another service meanwhile
+            except StorageError as exc:
+                log.warning("job %s: the database is still unavailable (%s); retrying in "
+                            "%.0f s", job_id, exc, delay_s)
+            self._stopping.wait(delay_s)
+            delay_s = min(2 * delay_s, REQUEUE_MAX_WAIT_S)
 
     def _mark_failed(self, job_id: str, error: str) -> None:
         """A job that failed before its run began (its spec no longer resolves, say) must

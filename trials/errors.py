@@ -38,3 +38,9 @@ class EngineMemoryRefused(TrialError):
     """Raised instead of starting the engine on a capped device (a CPU, or a GPU standing
     in for a smaller one) when the memory left beside the resident actor is less than
     ``gpu_memory_utilization`` asks for: the refusal vLLM itself makes on a real GPU."""
+
+
+class EngineDied(TrialError):
+    """Raised in the trial's main thread when one of the rollout engine's processes dies
+    while the engine should be running (killed, crashed); the message names the process
+    and its exit code or signal (see ``trials.rollout.watch``)."""

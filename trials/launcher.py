@@ -223,6 +223,7 @@ def _kill_session(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     sid = proc.pid  # start_new_session: the child leads its session and group
     if proc.poll() is None:
         _signal_session(sid, signal.SIGTERM)
+        _signal_session(sid, signal.SIGCONT)  # a stopped (hung, traced) process acts on it too
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
     deadline = time.monotonic() + grace_s

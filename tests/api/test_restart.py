@@ -1,10 +1,13 @@
 """A server killed mid-job (kill -9), then one stopped cleanly mid-job: each time the next
-server on the same database resumes the job; no finished trial is run again."""
+server on the same database resumes the job; no finished trial is run again, and the trial
+that was running is marked ``interrupted`` and its config run again, exactly once."""
 
 from __future__ import annotations
 
 import json
 import time
+
+import optuna
 
 from .conftest import MEASURED, TOKEN, Server, submit, train_job, trials_of, wait_for
 
@@ -77,4 +80,17 @@ def test_a_job_survives_kill_9_and_a_clean_shutdown(tmp_path) -> None:
     # a trial that finished in the instant before the stop is measured instead.
     for number in killed_running + shutdown_running:
         assert by_number[number]["status"] in ("interrupted", *MEASURED), by_number[number]
-    assert any(by_number[n]["status"] == "interrupted" for n in killed_running + shutdown_running)
+    interrupted = [n for n in killed_running + shutdown_running
+                   if by_number[n]["status"] == "interrupted"]
+    assert interrupted
+    # Each interrupted trial's config ran again once, later, to an outcome; a retry is a
+    # trial of its own (it counts against the budget) and no retry is retried.
+    study = optuna.load_study(study_name=f"job-{job_id}",
+                              storage=f"sqlite:///{tmp_path / 'data' / 'autotuner.db'}")
+    retry_of = {t.number: t.user_attrs["retry_of"] for t in study.get_trials()
+                if "retry_of" in t.user_attrs}
+    assert sorted(retry_of.values()) == sorted(interrupted), (retry_of, interrupted)
+    for retry, original in retry_of.items():
+        assert retry > original and retry in measured, (retry, by_number[retry])
+        assert by_number[retry]["config"] == by_number[original]["config"]
+    assert not [t for t in trials if t["status"] in ("running", "queued")]

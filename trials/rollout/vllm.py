@@ -33,12 +33,14 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from trials import logcapture
 from trials.memory import gpu_total_gib
 from trials.memory_cap import DEFAULT_CPU_CAP_GIB
 from trials.rollout.base import EngineFacts, Generation, RolloutBackend
+from trials.rollout.watch import EngineWatch, exit_text
 from trials.types import TrialSpec
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class VllmBackend(RolloutBackend):
         self._model_dir: str | None = None
         self._saved_kv_env: str | None = None
         self._children_before: set[int] = set()
+        self._watch: EngineWatch | None = None
         self.import_s = 0.0
 
     def start(self, spec: TrialSpec, dtype: str) -> float:
@@ -126,7 +129,10 @@ class VllmBackend(RolloutBackend):
         t0 = time.perf_counter()
         self._llm = LLM(**kwargs)
         self.can_sleep = bool(kwargs.get("enable_sleep_mode"))
-        return time.perf_counter() - t0
+        startup_s = time.perf_counter() - t0
+        self._watch = EngineWatch(_death_probe(self._llm, self._children_before))
+        self._watch.start()
+        return startup_s
 
     def sleep(self) -> float:
         if not self.can_sleep:
@@ -183,6 +189,9 @@ class VllmBackend(RolloutBackend):
         return int(sum(values)) if values else None
 
     def shutdown(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()  # from here on, the engine's processes exit on purpose
         llm, self._llm = self._llm, None
         if llm is not None:
             core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
@@ -200,6 +209,42 @@ class VllmBackend(RolloutBackend):
         if self._saved_kv_env is not None:
             os.environ[CPU_KV_ENV] = self._saved_kv_env
             self._saved_kv_env = None
+
+
+def _death_probe(llm: Any, children_before: set[int]) -> Callable[[], str | None]:
+    """What ``EngineWatch`` polls: vLLM's own handles on its engine processes (which keep
+    the exit code after vLLM reaps them), else the processes this one started since."""
+    core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+    manager = getattr(getattr(core, "resources", None), "engine_manager", None)
+    processes = list(getattr(manager, "processes", None) or [])
+    if processes:
+
+        def from_vllm() -> str | None:
+            for proc in processes:
+                try:
+                    code = proc.exitcode
+                except ValueError:  # a closed handle: the process is long gone
+                    return f"the engine process {proc.name} exited"
+                if code is not None:
+                    return f"the engine process {proc.name} (pid {proc.pid}) {exit_text(code)}"
+            return None
+
+        return from_vllm
+    import psutil
+
+    started = [p for p in psutil.Process().children() if p.pid not in children_before]
+
+    def from_psutil() -> str | None:
+        for proc in started:
+            try:
+                gone = proc.status() == psutil.STATUS_ZOMBIE
+            except psutil.NoSuchProcess:
+                gone = True
+            if gone:
+                return f"the engine process {proc.pid} exited"
+        return None
+
+    return from_psutil
 
 
 def _child_pids() -> set[int]:

@@ -1,0 +1,157 @@
+"""After a failure outside the configs: interrupted trials run again once; the same error
+over and over stops the job naming it; a lost database is told apart from a bug."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from sqlalchemy import create_engine, text
+from sqlalchemy import exc as sa_exc
+
+from autotuner.jobs import JobContext, execute, runner_id
+from autotuner.knobs import R
+from autotuner.records import records
+from autotuner.recovery import (
+    RETRY_OF,
+    SAME_ERROR_IN_A_ROW,
+    RepeatedErrorBreaker,
+    database_unavailable,
+    retry_interrupted,
+)
+from autotuner.settings import Settings
+from autotuner.spec import parse_job_spec
+from autotuner.study import recover_interrupted
+from storage import Database, DatabaseLockedError, DatabaseUnavailableError, JobStore
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _study(tmp_path) -> optuna.Study:
+    return optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}",
+                               directions=["maximize"])
+
+
+def _cut_off(study: optuna.Study, x: int, **attrs) -> int:
+    """A trial that was running (config chosen) when its process died."""
+    trial = study.ask()
+    trial.suggest_int("x", x, x)
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    return trial.number
+
+
+def test_an_interrupted_trial_runs_again_exactly_once(tmp_path) -> None:
+    study = _study(tmp_path)
+    done = study.ask()
+    done.suggest_int("x", 1, 1)
+    study.tell(done, 1.0)
+    first = _cut_off(study, 2, baseline="verl-v0.9-defaults")
+    study.ask()  # cut off before its config was chosen: nothing to retry
+
+    assert len(recover_interrupted(study)) == 2
+    assert retry_interrupted(study) == [first]
+    assert retry_interrupted(study) == []  # a second resume does not enqueue it again
+
+    retry = study.ask()
+    assert retry.suggest_int("x", 0, 9) == 2
+    assert retry.user_attrs == {RETRY_OF: first, "baseline": "verl-v0.9-defaults"}
+    # The retry is cut off too: it is not retried in turn.
+    recover_interrupted(study)
+    assert retry_interrupted(study) == []
+    states = [t.state for t in study.get_trials()]
+    assert TrialState.WAITING not in states and TrialState.RUNNING not in states
+
+
+def test_the_breaker_counts_identical_errors_in_a_row() -> None:
+    from autotuner.records import TrialRecord
+
+    breaker = RepeatedErrorBreaker(limit=3)
+    same = TrialRecord(0, "error", error_type="ImportError", error_message="no vllm")
+    other = TrialRecord(0, "error", error_type="ImportError", error_message="no sglang")
+    for record in (same, same, TrialRecord(0, "ok"), same, same,
+                   TrialRecord(0, "infra_error"), other, same, same):
+        breaker.see(record)
+        assert not breaker.tripped
+    breaker.see(same)
+    assert breaker.tripped and "3 trials in a row" in breaker.reason
+    assert breaker.reason.endswith("ImportError: no vllm")
+
+
+def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) -> None:
+    # A missing engine: every trial fails the same way, a config error each time (not infra).
+    spec = parse_job_spec({
+        "name": "no-engine",
+        "workload": {"model": "tiny", "dtype": "float32", "engine": "sglang", "phases": "rollout",
+                     "prompt_length": {"kind": "fixed", "value": 16},
+                     "response_length": {"kind": "fixed", "value": 16},
+                     "max_prompt_length": 16, "max_response_length": 16,
+                     "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
+        "cluster": {"device": "cpu", "device_memory_gib": 2},
+        "search": {R + "enforce_eager": True, R + "max_num_seqs": [2, 4, 8, 16, 32, 64]},
+        "budget": {"max_trials": 30, "trial_timeout_s": 120},
+        "sampler": "random", "seed": 0,
+    })
+    ctx = JobContext.open(Settings(data_dir=tmp_path / "data", ray_num_cpus=2))
+    job = ctx.submit(spec)
+    ctx.store.claim(job.id, runner_id())
+    summary = execute(ctx, job.id)
+
+    stored = ctx.store.get(job.id)
+    assert stored.status == "failed", stored
+    assert stored.stop_reason.startswith(
+        f"circuit breaker: {SAME_ERROR_IN_A_ROW} trials in a row failed with the same error")
+    assert "UnknownBackend: unknown rollout engine 'sglang'" in stored.error
+    assert summary.stop_reason == stored.stop_reason
+    study = optuna.load_study(study_name=job.study_name, storage=ctx.settings.resolved_database_url)
+    ran = [r for r in records(study) if r.measured]
+    assert [r.status for r in ran] == ["error"] * SAME_ERROR_IN_A_ROW
+    ctx.database.dispose()
+
+
+def test_database_failures_are_told_apart_from_bugs(tmp_path) -> None:
+    closed = Database("postgresql+psycopg://u@127.0.0.1:1/db", max_attempts=1)
+    with pytest.raises(DatabaseUnavailableError) as ours:
+        JobStore(closed).get("0" * 32)
+    assert database_unavailable(ours.value)
+    # Optuna's storage wraps the driver's error in its own.
+    with pytest.raises(Exception) as optunas:
+        optuna.load_study(study_name="s", storage="postgresql+psycopg://u@127.0.0.1:1/db")
+    assert database_unavailable(optunas.value)
+
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    engine = create_engine(f"sqlite:///{path}", connect_args={"timeout": 0.05})
+    with pytest.raises(sa_exc.OperationalError) as locked, engine.begin() as connection:
+        connection.execute(text("INSERT INTO t VALUES (1)"))
+    assert database_unavailable(locked.value)
+    assert database_unavailable(DatabaseLockedError("locked"))
+    holder.execute("ROLLBACK")
+    engine.dispose()
+
+    with pytest.raises(sa_exc.IntegrityError) as refused, engine.begin() as connection:
+        connection.execute(text("CREATE TABLE u (x PRIMARY KEY)"))
+        connection.execute(text("INSERT INTO u VALUES (1), (1)"))
+    assert not database_unavailable(refused.value)
+    assert not database_unavailable(ValueError("a bug"))
+    try:
+        raise RuntimeError("raised while handling") from ours.value
+    except RuntimeError as chained:
+        assert database_unavailable(chained)
+
+
+def test_root_cause_names_the_innermost_error() -> None:
+    from autotuner.recovery import root_cause
+
+    try:
+        try:
+            raise ConnectionRefusedError("port 1:\n refused")
+        except ConnectionRefusedError as inner:
+            raise RuntimeError("an exception is raised during the commit") from inner
+    except RuntimeError as outer:
+        assert root_cause(outer) == "ConnectionRefusedError: port 1: refused"
+    assert root_cause(ValueError("x")) == "ValueError: x"
