@@ -53,7 +53,8 @@ def test_full_trial_on_cpu(tiny_config, engine):
     # The actor (FSDP2 on gloo, a world of one) was built before the engine started; the
     # engine stayed up (its processes' memory counted) until the actor had trained.
     assert m["actor_fsdp"] == 1 and m["actor_fsdp_world_size"] == 1
-    assert m["actor_ready_at_s"] < m["train_probe_end_at_s"] <= m["engine_start_at_s"] < m["engine_ready_at_s"]
+    assert m["actor_ready_at_s"] < m["train_probe_end_at_s"] <= m["engine_start_at_s"]
+    assert m["engine_start_at_s"] < m["engine_ready_at_s"]
     assert m["train_probe_s"] > 0 and m["train_probe_peak_memory_gib"] > 0
     assert m["engine_ready_at_s"] < m["train_start_at_s"] < m["train_end_at_s"]
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]

@@ -49,8 +49,12 @@ def test_small_micro_batches_fit_under_the_same_cap(tiny_config):
     assert 0 < result.metrics["train_peak_memory_gib"] < 2 * CAP_GIB
 
 
-@pytest.mark.parametrize(("ppo_micro", "log_prob_micro", "phase"), [(64, 1, "update_actor"), (1, 64, "old_log_prob")])
-def test_the_train_probe_finds_the_oom_before_the_engine_starts(tiny_config, ppo_micro, log_prob_micro, phase):
+@pytest.mark.parametrize(
+    ("ppo_micro", "log_prob_micro", "phase"), [(64, 1, "update_actor"), (1, 64, "old_log_prob")]
+)
+def test_the_train_probe_finds_the_oom_before_the_engine_starts(
+    tiny_config, ppo_micro, log_prob_micro, phase
+):
     spec = capped_spec(tiny_config, f"probe-{phase}", ppo_micro, log_prob_micro)
     spec.phases = ["rollout", "train"]
     spec.rollout.engine = "no-such-engine"  # it must never be reached

@@ -1,0 +1,133 @@
+"""Print a job's results (a ``dump_results`` JSON) as the Markdown tables of benchmarks/README.md.
+
+usage: python -m benchmarks.gpu.report RESULTS.json [RESULTS.json ...]
+
+For each job: the measured trials, best first, with the step's composition; the best
+trial against each named baseline; the trials that ran out of memory, by phase, with the
+GPU-seconds they cost (a trial's wall time on its one GPU, start-up included); and the
+GPU-seconds of the whole job.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter, defaultdict
+from typing import Any
+
+SHORT = {
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "gmu",
+    "actor_rollout_ref.rollout.max_num_batched_tokens": "mnbt",
+    "actor_rollout_ref.rollout.max_num_seqs": "mns",
+    "actor_rollout_ref.rollout.enforce_eager": "eager",
+    "actor_rollout_ref.actor.use_dynamic_bsz": "dyn",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": "ppo_mb",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": "lp_mb",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": "ref_mb",
+    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": "ppo_tok",
+    "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": "lp_tok",
+    "actor_rollout_ref.model.enable_gradient_checkpointing": "ckpt",
+    "actor_rollout_ref.actor.fsdp_config.param_offload": "p_off",
+    "actor_rollout_ref.actor.fsdp_config.optimizer_offload": "o_off",
+}
+DYNAMIC_ONLY = {"ppo_tok", "lp_tok"}
+STATIC_ONLY = {"ppo_mb", "lp_mb", "ref_mb"}
+
+
+def knobs(config: dict[str, Any]) -> str:
+    short = {SHORT[k]: v for k, v in config.items() if k in SHORT}
+    drop = STATIC_ONLY if short.get("dyn") else DYNAMIC_ONLY
+    parts = []
+    for name, value in short.items():
+        if name in drop:
+            continue
+        if isinstance(value, bool):
+            if value:
+                parts.append(name)
+            continue
+        parts.append(f"{name} {value}")
+    return ", ".join(parts)
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def report(doc: dict[str, Any]) -> str:
+    out = [f"Command: `{doc['command']}`", ""]
+    for job in doc["jobs"]:
+        out += job_report(job)
+    return "\n".join(out)
+
+
+def job_report(job: dict[str, Any]) -> list[str]:
+    trials = job["trials"]
+    summary = job["summary"]
+    devices = sorted({t["device"] for t in trials if t["device"]})
+    counts = Counter(t["status"] for t in trials)
+    gpu_s = sum(t["wall_s"] or 0.0 for t in trials)
+    lines = [
+        f"### {job['name']} ({', '.join(devices) or 'no device'})",
+        "",
+        f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+        + f"; {gpu_s:.0f} GPU-seconds in all; stopped: {summary.get('stop_reason')}.",
+        "",
+        "| trial | tok/s/GPU | step s | rollout s | old-logp s | ref s | update s | reload s | "
+        "peak GiB | trial wall s | knobs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    ok = sorted((t for t in trials if t["status"] == "ok"), key=lambda t: -t["values"][0])
+    for t in ok:
+        m, p = t["metrics"], t["phase_timings_s"]
+        name = f"{t['number']}" + (f" ({t['baseline']})" if t["baseline"] else "")
+        lines.append(
+            f"| {name} | {m['throughput_tokens_per_s_per_gpu']:.0f} | {fmt(m.get('step_time_s'))} | "
+            f"{fmt(p.get('rollout'))} | {fmt(p.get('old_log_prob'))} | {fmt(p.get('ref_log_prob'))} | "
+            f"{fmt(p.get('update_actor'))} | {fmt(p.get('actor_reload'))} | "
+            f"{fmt(m.get('peak_memory_gib'))} | "
+            f"{t['wall_s']:.0f} | {knobs(t['config'])} |"
+        )
+    lines += ["", "Best against the baselines (step throughput, tokens/s/GPU):", ""]
+    best = summary.get("best_throughput")
+    for name, b in (summary.get("baselines") or {}).items():
+        value = b.get("throughput_tokens_per_s_per_gpu")
+        gain = b.get("gain_of_best")
+        lines.append(
+            f"- {name} (trial {b['trial']}, {b['status']}): {fmt(value, 0) or 'no measurement'}"
+            + (f"; best {best:.0f} is {gain:.2f}x" if gain and best else "")
+        )
+    ooms = [t for t in trials if t["status"] == "oom"]
+    by_phase: dict[str, list[float]] = defaultdict(list)
+    for t in ooms:
+        by_phase[oom_place(t)].append(t["wall_s"] or 0.0)
+    oom_s = sum(map(sum, by_phase.values()))
+    lines += ["", f"Out of memory: {len(ooms)} trials, {oom_s:.0f} GPU-seconds.", ""]
+    for where, walls in sorted(by_phase.items(), key=lambda kv: -len(kv[1])):
+        lines.append(f"- {where}: {len(walls)} trial(s), {sum(walls):.0f} GPU-s "
+                     f"({min(walls):.0f}-{max(walls):.0f} s each)")
+    lines.append("")
+    return lines
+
+
+def oom_place(trial: dict[str, Any]) -> str:
+    """Where a trial ran out of memory: its phase, and for ``startup`` and the train
+    sub-phases, which part (the actor's build, the engine's start, the train probe)."""
+    m, phase = trial["metrics"], trial["phase"]
+    if phase == "startup":
+        if "actor_ready_at_s" not in m:
+            return "startup: building the actor"
+        return "startup: the engine refused gpu_memory_utilization beside the actor"
+    if "engine_start_at_s" not in m and "actor_ready_at_s" in m:
+        return f"{phase} (train probe, before the engine started)"
+    return f"{phase} (after the rollout)"
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        with open(path) as f:
+            print(f"## {path}\n")
+            print(report(json.load(f)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
