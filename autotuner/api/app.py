@@ -4,6 +4,7 @@ local files (no CDN), and a lifespan that owns the database, Ray and the job run
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -42,6 +43,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     from autotuner.executor import ensure_ray
 
     settings: Settings = app.state.settings
+    # The token lives in the settings; no child process (Ray's, the trials', an engine's)
+    # inherits it through the environment, where a crash dump or a log could show it.
+    os.environ.pop("AUTOTUNER_API_TOKEN", None)
     ctx = JobContext.open(settings)
     started_ray = not ray.is_initialized()
     with _signal_handlers_kept():
@@ -105,5 +109,6 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
         for name, definition in job_create.pop("$defs", {}).items():
             components.setdefault(name, definition)
         components["JobCreate"] = job_create
+        errors.document(schema)
         app.openapi_schema = schema
     return app.openapi_schema

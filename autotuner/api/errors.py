@@ -15,7 +15,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import exc as sa_exc
 
 from autotuner.errors import AutotunerError, ExportError, JobBusyError, SpecError
@@ -86,6 +86,48 @@ class InvalidInputError(AutotunerError):
             items.append({"loc": [*prefix, *loc], "msg": err["msg"].removeprefix("Value error, "),
                           "type": err["type"]})
         return cls(items)
+
+
+class ErrorPublic(BaseModel):
+    """The body of every error but 422: what went wrong and, when one is to blame, the field."""
+
+    detail: str = Field(description="What went wrong and what to change.")
+    field: str | None = Field(default=None, description="The input to blame, if one is.")
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"description": description,
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorPublic"}}}}
+
+
+_VALIDATION = {"description": "Invalid input: each item names the field (loc) and why",
+               "content": {"application/json": {
+                   "schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}}
+
+
+def document(schema: dict[str, Any]) -> None:
+    """Add the error responses each operation of the OpenAPI ``schema`` can give (FastAPI
+    only lists 422): 401 where the bearer token applies, 404 for a job's paths, 409 where
+    the job's state may forbid the request, 503 wherever the database is read."""
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorPublic"] = ErrorPublic.model_json_schema()
+    for path, operations in schema.get("paths", {}).items():
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            extra: dict[str, Any] = {}
+            if operation.get("security"):
+                extra["401"] = _error("Missing or wrong bearer token (Authorization header)")
+            if "{job_id}" in path:
+                extra["404"] = _error("No such job (or trial)")
+            if method in ("post", "delete") and "{job_id}" in path or path.endswith("/config"):
+                extra["409"] = _error("The job's or trial's state forbids this")
+            if path.startswith("/v1/jobs") or path == "/healthz":
+                extra["503"] = _error("The database is unavailable; retry after Retry-After s")
+            if method == "post" and path == "/v1/jobs":
+                extra["400"] = _error("Malformed Content-Length")
+                extra["422"] = _VALIDATION
+            for code, response in extra.items():
+                responses.setdefault(code, response)
 
 
 def _body(detail: Any, field: str | None = None) -> dict[str, Any]:
