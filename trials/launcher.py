@@ -90,7 +90,7 @@ def _launch(
         str(progress_path),
     ]
     oom_kills_before = _cgroup_oom_kills()
-    start = time.monotonic()
+    start, started_at = time.monotonic(), time.time()
     child_env = _child_env(extra_env)
     with open(log_path, "wb") as log_file:
         try:
@@ -143,6 +143,8 @@ def _launch(
         visible = child_env.get("CUDA_VISIBLE_DEVICES")
         _record_gpu_memory_after(result, visible, spec.gpu_clean_threshold_gib)
     result.wall_s = wall_s  # what the trial cost, interpreter start-up and clean-up included
+    result.started_at = started_at  # [started_at, started_at + wall_s]: the process's life
+    result.visible_gpus = child_env.get("CUDA_VISIBLE_DEVICES")
     return result
 
 
