@@ -5,14 +5,20 @@
 # studies outlive the device call that started them; poll.sh collects their results.
 # The code runs from a private copy (/tmp/repo), so later calls that refresh the working
 # tree cannot change it under a running study.
-# usage: bash benchmarks/gpu/run-studies.sh JOB.yaml [JOB.yaml ...]
+# usage: [STUDY_GPUS=0,1,2] bash benchmarks/gpu/run-studies.sh JOB.yaml [JOB.yaml ...]
+# STUDY_GPUS: the GPUs Ray may give trials (default: all), leaving the rest for other work.
 set -euo pipefail
 rm -rf /tmp/repo && mkdir -p /tmp/repo /tmp/at/logs
 cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
 cd /tmp/repo
 export PYTHONPATH=/tmp/site:/tmp/repo VLLM_USE_FLASHINFER_SAMPLER=0 \
   NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-gpus=$(nvidia-smi -L | wc -l)
+if [ -n "${STUDY_GPUS:-}" ]; then
+  export CUDA_VISIBLE_DEVICES=$STUDY_GPUS
+  gpus=$(tr ',' '\n' <<< "$STUDY_GPUS" | grep -c .)
+else
+  gpus=$(nvidia-smi -L | wc -l)
+fi
 setsid python3 -m ray.scripts.scripts start --head --port 6390 --num-gpus "$gpus" \
   --include-dashboard=false --disable-usage-stats > /tmp/at/logs/ray.log 2>&1
 for job in "$@"; do
