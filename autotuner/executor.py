@@ -41,7 +41,11 @@ class Resources:
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to ``address`` or start a local Ray (idempotent)."""
+    """Connect to ``address`` or start a local Ray of our own (idempotent).
+
+    Without an address Ray would join whatever ``ray start`` cluster this host runs (its
+    ``/tmp/ray/ray_current_cluster``), someone else's included: ``address="local"`` asks
+    for a new one."""
     if ray.is_initialized():
         return
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
@@ -49,7 +53,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if address:
         ray.init(address=address, **kwargs)
     else:
-        ray.init(num_cpus=num_cpus, **kwargs)
+        ray.init(address="local", num_cpus=num_cpus, **kwargs)
 
 
 def cluster_resources() -> dict[str, float]:
