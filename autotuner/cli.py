@@ -21,11 +21,11 @@ from autotuner import catalog, hardware
 from autotuner.errors import AutotunerError
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext, execute, runner_id, take_over
-from autotuner.records import TrialRecord, records
+from autotuner.records import SKIPPED_STATUSES, TrialRecord, records
 from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks, open_study
-from autotuner.summary import THROUGHPUT, JobSummary, best, front
+from autotuner.summary import THROUGHPUT, JobSummary, best, front, runs_of
 from storage import JobRecord, StorageError
 
 if TYPE_CHECKING:
@@ -71,6 +71,8 @@ class _ProgressHooks(RunHooks):
         self.progress.update(self.task, description=f"trial {number} running")
 
     def _record(self, rec: TrialRecord) -> None:
+        if rec.skipped or rec.repeat_of is not None:
+            self.progress.console.print(_trial_line(rec), markup=False, highlight=False)
         if not rec.measured:
             return
         self.done += 1
@@ -83,10 +85,29 @@ class _ProgressHooks(RunHooks):
 
 
 def _trial_line(rec: TrialRecord) -> str:
+    again = f"  (re-run of #{rec.repeat_of})" if rec.repeat_of is not None else ""
+    predicted = rec.predicted_memory_gib.get("peak")
+    error = rec.memory_error_gib.get("peak")
+    model = (f"  predicted {predicted:.2f} GiB ({error:+.2f})"
+             if predicted is not None and error is not None else "")
     if rec.status == "ok":
         return (f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
-                f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB")
-    return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}"
+                f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB{model}{again}")
+    if rec.skipped:
+        return f"  trial {rec.number:>3}  {rec.status:<13} not run: {rec.error_message or ''}"
+    return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}{again}"
+
+
+def _memory_line(summary: JobSummary) -> str | None:
+    errors = summary.memory_model_errors.get("peak")
+    if not errors:
+        return None
+    skipped = sum(summary.counts.get(s, 0) for s in SKIPPED_STATUSES)
+    pct = errors["mean_abs_error_pct"]
+    return (f"memory model: peak predicted within {errors['mean_abs_error_gib']:.2f} GiB"
+            + (f" ({pct:.1f}%)" if pct is not None else "")
+            + f" on average over {errors['trials']} trials (worst {errors['max_abs_error_gib']:.2f} GiB); "
+            f"{skipped} proposals skipped as known not to fit")
 
 
 def _short(path: str, among: list[str]) -> str:
@@ -118,10 +139,20 @@ def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -
     return table
 
 
-def _write_configs(spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
+def _header(job: JobRecord, rec: TrialRecord, recs: list[TrialRecord]) -> dict[str, Any]:
+    """The export's comment header: the trial's figures, with its runs' median and spread."""
     header = {"job": job.name, "job_id": job.id, "trial": rec.number, "metrics": rec.metrics,
               "device": rec.device}
+    runs = runs_of(recs).get(rec.number)
+    if runs is not None and runs.n >= 2:
+        header["throughput"] = runs.describe()
+    return header
+
+
+def _write_configs(spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path,
+                   recs: list[TrialRecord]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    header = _header(job, rec, recs)
     stem = out / f"{job.name}-trial{rec.number}"
     yaml_path, overrides_path = stem.with_suffix(".yaml"), stem.with_suffix(".overrides")
     yaml_path.write_text(to_yaml(rec.config, spec, header))
@@ -149,11 +180,14 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     if chosen is None:
         _fail("no trial succeeded; see the errors above (`autotuner jobs show` lists them)", 1)
         return
-    if summary.gain_over_baseline:
-        console.print(f"best: trial {chosen.number}, {summary.best_throughput:.1f} tok/s/GPU, "
-                      f"{summary.gain_over_baseline:.2f}x verl's defaults "
-                      f"({summary.baseline_throughput:.1f}) on {chosen.device}")
-    for path in _write_configs(spec, job, chosen, out):
+    memory = _memory_line(summary)
+    if memory:
+        console.print(memory, markup=False, highlight=False)
+    gain = (f", {summary.gain_over_baseline:.2f}x verl's defaults ({summary.baseline_throughput:.1f})"
+            if summary.gain_over_baseline else "")
+    console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False,
+                  highlight=False)
+    for path in _write_configs(spec, job, chosen, out, recs):
         console.print(f"wrote {path}")
 
 
@@ -230,8 +264,7 @@ def export_cmd(job_id: str,
             _fail(f"job {job_id} has no trial {trial}; it has 0..{len(recs) - 1}")
         if not chosen.config:
             _fail(f"trial {trial} has no config (status {chosen.status})")
-    header = {"job": job.name, "job_id": job.id, "trial": chosen.number,
-              "metrics": chosen.metrics, "device": chosen.device}
+    header = _header(job, chosen, recs)
     text = to_yaml(chosen.config, spec, header) if fmt == "yaml" else to_overrides(
         chosen.config, spec, header)
     sys.stdout.write(text)
@@ -427,8 +460,11 @@ def status(job_id: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = No
     console.print(f"  trials: {job['trials_done']}/{job['trials_total']}")
     if job.get("best"):
         b = job["best"]
+        runs = b.get("runs")
+        spread = (f" (median of {runs['runs']} runs, spread {runs['spread_pct'] or 0:.1f}%)"
+                  if runs else " (1 run)")
         console.print(f"  best so far: trial {b['number']}, "
-                      f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU, peak "
+                      f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU{spread}, peak "
                       f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}")
     if job.get("elapsed_s") is not None:
         eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""

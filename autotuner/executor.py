@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 
@@ -40,6 +40,22 @@ class Resources:
     num_gpus: float = 0
 
 
+class Executor(Protocol):
+    """What the study loop dispatches trials to (``RayExecutor``; ``replay.ReplayExecutor``
+    answers from recorded measurements). Driven by one thread.
+
+    ``submit`` starts a trial; ``wait`` returns the results of the trials that finished
+    within ``timeout_s`` (maybe none), each exactly once; ``cancel_all`` stops the trials
+    in flight and returns a result for each (``error_type`` ``Cancelled``).
+    """
+
+    def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None: ...
+
+    def wait(self, timeout_s: float) -> list[TrialResult]: ...
+
+    def cancel_all(self) -> list[TrialResult]: ...
+
+
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to ``address`` or start a local Ray of our own (idempotent).
 
@@ -62,7 +78,13 @@ def cluster_resources() -> dict[str, float]:
 
 @dataclass
 class RayExecutor:
+    """Runs trials as Ray tasks. ``trial_env`` is added to each trial process's environment
+    (``Settings.trial_env``: the compile caches every trial on a host shares). Every trial
+    starts its own engine: reusing a running engine across trials that differ only in
+    train knobs is not implemented."""
+
     trial_python: str | None = None
+    trial_env: dict[str, str] = field(default_factory=dict)
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
@@ -73,6 +95,8 @@ class RayExecutor:
         kwargs: dict[str, Any] = {"timeout_s": timeout_s}
         if self.trial_python:
             kwargs["python"] = self.trial_python
+        if self.trial_env:
+            kwargs["env"] = dict(self.trial_env)
         ref = remote.remote(spec, **kwargs)
         self.in_flight[spec.trial_id] = _InFlight(spec, ref, time.monotonic() + timeout_s + OUTER_GRACE_S)
 

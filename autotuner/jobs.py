@@ -88,8 +88,9 @@ class _StoppableExecutor(RayExecutor):
     trials stay RUNNING in the study, so the next runner marks them ``interrupted`` (not
     measured, not counted against the budget) exactly as after a crash."""
 
-    def __init__(self, shutdown: Callable[[], bool], trial_python: str | None = None) -> None:
-        super().__init__(trial_python=trial_python)
+    def __init__(self, shutdown: Callable[[], bool], trial_python: str | None = None,
+                 trial_env: dict[str, str] | None = None) -> None:
+        super().__init__(trial_python=trial_python, trial_env=dict(trial_env or {}))
         self._shutdown = shutdown
 
     def cancel_all(self) -> list[TrialResult]:
@@ -125,7 +126,8 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
     job = ctx.store.get(job_id)
     spec = ctx.spec_of(job)
     settings = ctx.settings
-    executor = _StoppableExecutor(stopping, trial_python=settings.trial_python)
+    executor = _StoppableExecutor(stopping, trial_python=settings.trial_python,
+                                  trial_env=settings.trial_env())
     try:
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
@@ -140,11 +142,13 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
                         job_id, retried)
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
         cpus = cluster_resources().get("CPU", 1.0)
+        cap = memory_cap_gib(spec, device, settings)
         runner = StudyRunner(
             spec=spec, study=study, space=space,
             executor=executor,
-            device=device, memory_cap_gib=memory_cap_gib(spec, device, settings),
+            device=device, memory_cap_gib=cap,
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
+            memory_model=StudyRunner.default_memory_model(spec, space, cap),
             hooks=_with_progress(ctx, job_id, spec, hooks,
                                  already=sum(1 for r in records(study) if r.measured)),
         )

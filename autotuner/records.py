@@ -21,7 +21,12 @@ from trials.types import TrialResult
 #   interrupted  was running when the tuner process died; marked failed on resume
 #   running      in flight now
 #   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
+#   predicted_oom  the memory model predicts it does not fit by a clear margin; never run
+#   inferred_oom   at least as large in every memory knob as a measured OOM; never run
+# A re-measurement of a finalist has the status of its outcome and ``repeat_of`` set.
 INFEASIBLE_STATUSES = ("oom", "timeout")
+MEASURED_STATUSES = ("ok", "oom", "error", "timeout")
+SKIPPED_STATUSES = ("predicted_oom", "inferred_oom")
 
 
 @dataclass
@@ -39,16 +44,34 @@ class TrialRecord:
     baseline: str | None = None
     duplicate_of: int | None = None
     wall_s: float = 0.0
+    repeat_of: int | None = None
+    inferred_from: int | None = None
+    # The memory model's prediction made before the trial ran (GiB per phase, and "peak"),
+    # and measured minus predicted for the phases the trial measured.
+    predicted_memory_gib: dict[str, float] = field(default_factory=dict)
+    memory_error_gib: dict[str, float] = field(default_factory=dict)
 
     @property
     def feasible(self) -> bool:
-        """Measured successfully. Duplicates are not: the trial they repeat stands for them."""
-        return self.status == "ok"
+        """Measured successfully. Duplicates are not: the trial they repeat stands for them.
+        Nor are re-measurements: they count in their finalist's median."""
+        return self.status == "ok" and self.repeat_of is None
 
     @property
     def measured(self) -> bool:
-        """Ran on hardware to an outcome (counts against the trial budget)."""
-        return self.status in ("ok", "oom", "error", "timeout")
+        """Ran on hardware to an outcome and counts against the trial budget (a finalist's
+        re-measurement ran, but is not a new trial: see ``ran``)."""
+        return self.status in MEASURED_STATUSES and self.repeat_of is None
+
+    @property
+    def ran(self) -> bool:
+        """Ran on hardware to an outcome (its cost was paid): measured trials and re-runs."""
+        return self.status in MEASURED_STATUSES
+
+    @property
+    def skipped(self) -> bool:
+        """Not run because it was known not to fit (``predicted_oom``, ``inferred_oom``)."""
+        return self.status in SKIPPED_STATUSES
 
     def metric(self, name: str) -> float | None:
         value = self.metrics.get(name)
@@ -89,6 +112,10 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         baseline=a.get("baseline"),
         duplicate_of=a.get("duplicate_of"),
         wall_s=float(a.get("wall_s") or 0.0),
+        repeat_of=a.get("repeat_of"),
+        inferred_from=a.get("inferred_from"),
+        predicted_memory_gib=a.get("predicted_memory_gib") or {},
+        memory_error_gib=a.get("memory_error_gib") or {},
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from functools import cache
 from pathlib import Path
 
@@ -39,6 +40,12 @@ class Settings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="Root for models given as paths.")
     trial_python: str | None = Field(
         default=None, description="Python that runs trials (an engine's environment); default: ours."
+    )
+    compile_cache_dir: Path | None = Field(
+        default=None,
+        description="Where trial processes keep vLLM's and torch's compile caches (torch.compile, "
+        "Inductor, Triton), shared by every trial on a host so only the first compiles; default "
+        "<data_dir>/compile-cache.",
     )
     cpu_device_memory_gib: float = Field(
         default=8.0, gt=0, description="Memory cap per CPU trial when the job sets none."
@@ -78,6 +85,20 @@ class Settings(BaseSettings):
     def loopback_bind(self) -> bool:
         """Whether the API binds to a loopback address (reachable from this host only)."""
         return _is_loopback(self.host)
+
+    @property
+    def resolved_compile_cache_dir(self) -> Path:
+        return self.compile_cache_dir or self.data_dir / "compile-cache"
+
+    def trial_env(self) -> dict[str, str]:
+        """Environment a trial process gets on top of its worker's: the shared compile caches
+        (vLLM's ``VLLM_CACHE_ROOT`` holds its torch.compile artifacts; Inductor's and Triton's
+        own directories), so trials that compile the same graphs reuse each other's work.
+        A variable already set in this process's environment is left as it is."""
+        root = self.resolved_compile_cache_dir
+        dirs = {"VLLM_CACHE_ROOT": root / "vllm", "TORCHINDUCTOR_CACHE_DIR": root / "inductor",
+                "TRITON_CACHE_DIR": root / "triton"}
+        return {name: str(path) for name, path in dirs.items() if name not in os.environ}
 
     @property
     def resolved_database_url(self) -> str:

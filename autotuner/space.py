@@ -7,6 +7,8 @@ proposal is a flat config keyed by verl paths; one that breaks a verl or engine 
 
 from __future__ import annotations
 
+import itertools
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -198,6 +200,20 @@ class SearchSpace:
             else:
                 rows.append({"knob": path, "searched": False, "values": [self.fixed[path]]})
         return rows
+
+    def grid(self) -> list[dict[str, Any]]:
+        """Every distinct config the search can propose that verl would accept, in the order
+        of the product of the searched values (inapplicable knobs dropped, as ``suggest``
+        drops them): what a grid search runs, and what a landscape recorder measures."""
+        out: dict[str, dict[str, Any]] = {}
+        paths = list(self.searched)
+        for values in itertools.product(*(self.searched[p] for p in paths)):
+            config = self.full_config(dict(zip(paths, values, strict=True)))
+            key = json.dumps(config, sort_keys=True, default=str)
+            if key in out or violations(config, self.spec.workload, self.spec.cluster, self.arch):
+                continue
+            out[key] = config
+        return list(out.values())
 
     @property
     def size(self) -> int:

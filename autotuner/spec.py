@@ -358,6 +358,53 @@ class Budget(_Model):
     trial_timeout_s: float = Field(
         default=900.0, ge=10, le=24 * 3600, description="A trial still running after this is killed."
     )
+    patience_trials: int = Field(
+        default=10, ge=0, le=10_000,
+        description="Stop early once this many measured trials in a row have not improved the "
+        "Pareto front by more than noise_band_pct (0: never stop early).",
+    )
+    noise_band_pct: float = Field(
+        default=2.0, ge=0, le=50,
+        description="Measurement noise (%): a trial within it of a front point is no improvement "
+        "(early stopping), and finalists within it (or within the winner's measured spread, if "
+        "larger) tie; of tied finalists the one with the least peak memory wins.",
+    )
+    remeasure_finalists: int | None = Field(
+        default=None, ge=0, le=32,
+        description="Pareto-front trials (fastest first) measured again at the end for a median "
+        "and spread; default one per 8 max_trials, at most 3 (none below 8 trials); 0: none.",
+    )
+    remeasure_runs: int = Field(
+        default=3, ge=2, le=20, description="Runs of each finalist in all, its first included."
+    )
+
+    @property
+    def finalists(self) -> int:
+        """How many Pareto-front trials are re-measured (``remeasure_finalists`` resolved)."""
+        if self.remeasure_finalists is not None:
+            return self.remeasure_finalists
+        return min(3, self.max_trials // 8)
+
+
+class MemoryModelSettings(_Model):
+    """How the memory model (``autotuner.memory``) screens proposals before they run."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Predict each proposal's peak memory and skip the ones predicted not to fit "
+        "(recorded as predicted_oom, infeasible for the sampler, never run).",
+    )
+    skip_margin: float = Field(
+        default=0.15, ge=0, le=10,
+        description="Skip only when a predicted peak exceeds the device's memory by more than this "
+        "fraction (0.15: 15%), so a wrong model costs a trial, not the optimum.",
+    )
+    infer_from_neighbours: bool = Field(
+        default=True,
+        description="Skip a proposal that is at least as large as a measured OOM in every memory "
+        "knob (gpu_memory_utilization, max_num_seqs, max_num_batched_tokens, micro-batch sizes, "
+        "token budgets) and equal in the rest (recorded as inferred_oom).",
+    )
 
 
 ObjectiveMetric = Literal[
@@ -400,6 +447,7 @@ class JobSpec(_Model):
         default_factory=dict, description="Per-knob overrides, keyed by verl's Hydra path."
     )
     budget: Budget = Field(default_factory=Budget)
+    memory_model: MemoryModelSettings = Field(default_factory=MemoryModelSettings)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
     baselines: dict[str, dict[str, Any]] = Field(
         default_factory=dict, max_length=16,

@@ -11,8 +11,20 @@ Outcome mapping (Optuna samplers ignore FAIL trials and would propose them again
 - a proposal that breaks a verl rule: FAIL as ``invalid``, never run.
 - a proposal equal to an earlier trial's config: told that trial's outcome as
   ``duplicate``, not run again.
+- a proposal at least as large in every memory knob as a measured OOM (the rest equal):
+  ``inferred_oom``; one the memory model predicts to exceed the device by more than the
+  job's margin (and no measured success at least as large vouches for): ``predicted_oom``.
+  Both are COMPLETE with constraint > 0 like an OOM, never run, and cost nothing.
 On resume, trials left RUNNING by a dead process are marked ``interrupted`` (FAIL);
 finished trials count against the budget and are not repeated.
+
+The loop stops at ``max_trials`` measured trials, ``max_minutes``, an exhausted space, or
+early once the Pareto front has not improved beyond the noise band for
+``patience_trials`` trials (``autotuner.stopping``); then the fastest finalists of the
+front are measured again (``remeasure_finalists`` x ``remeasure_runs``: ``repeat_of``
+set, outside the trial budget) so the winner is chosen on medians (``autotuner.summary``).
+Each run trial records the memory model's prediction made before it ran and the error of
+that prediction once measured.
 """
 
 from __future__ import annotations
@@ -28,19 +40,23 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.executor import RayExecutor, Resources
+from autotuner.executor import Executor, Resources
+from autotuner.feasibility import Feasibility
 from autotuner.knobs import R
-from autotuner.records import TrialRecord, attrs_for, record_of, records
+from autotuner.memory import MemoryModel, measured_phases_of, prediction_errors
+from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
 from autotuner.samplers import make_sampler
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
+from autotuner.stopping import Patience
+from autotuner.summary import front
 from autotuner.trialspec import build_trial_spec
 from trials.types import TrialResult
 
 log = logging.getLogger(__name__)
 
-# Proposals in a row that could not be run (invalid or duplicate) before the space counts
-# as exhausted.
+# Proposals in a row that could not be run (invalid, duplicate or known not to fit) before
+# the space counts as exhausted.
 MAX_UNRUNNABLE_IN_A_ROW = 200
 CONSTRAINT = "fits"
 # Failures that say nothing about the config (the machine or Ray failed, or the user
@@ -52,6 +68,7 @@ INFRA_ERROR_TYPES = frozenset({
 # This many infrastructure failures in a row stop the job: the machine cannot measure.
 MAX_INFRA_ERRORS_IN_A_ROW = 3
 BREAKER_PREFIX = "circuit breaker"
+CANCELLED = "cancelled"
 DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 
@@ -103,27 +120,76 @@ class RunSummary:
 
 
 @dataclass
+class _Pending:
+    trial: optuna.Trial
+    config: dict[str, Any]
+    predicted: dict[str, float] = field(default_factory=dict)
+    repeat_of: int | None = None
+
+
+@dataclass
 class StudyRunner:
+    """Drives one job's study (see the module docstring). ``memory_model`` None: nothing
+    is predicted, nor skipped by prediction (``default_memory_model`` builds the job's);
+    ``infer_feasibility`` False: nothing is skipped by monotonicity (None: the job's
+    ``memory_model.infer_from_neighbours``)."""
+
     spec: JobSpec
     study: optuna.Study
     space: SearchSpace
-    executor: RayExecutor
+    executor: Executor
     device: Literal["cuda", "cpu"]
     memory_cap_gib: float | None
     cpus_per_trial: float = 1
     hooks: RunHooks = field(default_factory=RunHooks)
+    memory_model: MemoryModel | None = None
+    infer_feasibility: bool | None = None
     _known: dict[str, TrialRecord] = field(default_factory=dict)
-    _pending: dict[str, tuple[optuna.Trial, dict[str, Any]]] = field(default_factory=dict)
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _ran: list[TrialRecord] = field(default_factory=list)
+    _feasibility: Feasibility = field(default_factory=Feasibility)
+    _patience: Patience | None = None
+    _measured: int = 0
+
+    def __post_init__(self) -> None:
+        settings = self.spec.memory_model
+        if self.infer_feasibility is None:
+            self.infer_feasibility = settings.infer_from_neighbours
+        budget = self.spec.budget
+        self._patience = Patience(self.spec.objectives, budget.noise_band_pct / 100,
+                                  budget.patience_trials)
+
+    @classmethod
+    def default_memory_model(cls, spec: JobSpec, space: SearchSpace,
+                             memory_cap_gib: float | None) -> MemoryModel | None:
+        """The job's memory model, or None when the job turned it off."""
+        if not spec.memory_model.enabled:
+            return None
+        return MemoryModel(spec, space.arch, space.device, memory_cap_gib)
 
     # ------------------------------------------------------------------ set-up
 
     def _load_known(self) -> int:
         measured = 0
         for rec in records(self.study):
+            if rec.measured or rec.status == "inferred_oom":
+                self._known.setdefault(config_key(rec.config), rec)
+            if rec.ran:
+                self._learn(rec)
             if rec.measured:
                 measured += 1
-                self._known.setdefault(config_key(rec.config), rec)
+        self._measured = measured
         return measured
+
+    def _learn(self, rec: TrialRecord) -> None:
+        """Take a trial that ran into the calibration, the feasibility structure, the patience."""
+        self._ran.append(rec)
+        if rec.repeat_of is None:
+            self._feasibility.add(rec)
+        if rec.measured and self._patience is not None:
+            self._patience.add(rec)
+        if self.memory_model is not None:
+            self.memory_model.calibrate(self._ran)
 
     def enqueue_baseline(self) -> None:
         """verl's defaults, then the job's own baselines, run first (once per study), so every
@@ -147,52 +213,64 @@ class StudyRunner:
 
     def run(self) -> RunSummary:
         budget = self.spec.budget
-        measured = self._load_known()
+        self._load_known()
         deadline = time.monotonic() + budget.max_minutes * 60
+        stop_reason = self._search(deadline)
+        if stop_reason.startswith(("reached max_trials", "search space exhausted", "stopped early")):
+            note = self._remeasure(deadline)
+            # A stop requested while re-measuring stops the job as one during the search does
+            # (a service shutdown requeues it; a resume re-measures what is missing).
+            stop_reason = "cancelled" if note == CANCELLED else stop_reason + note
+        return RunSummary(stop_reason, self._measured, records(self.study))
+
+    def _search(self, deadline: float) -> str:
+        budget = self.spec.budget
         unrunnable_in_a_row = 0
-        infra_in_a_row, last_infra = 0, ""
-        stop_reason = ""
+        breaker = _Breaker()
         while True:
             if self.hooks.stop_requested():
-                for result in self.executor.cancel_all():
-                    self._finish(result)
-                stop_reason = "cancelled"
-                break
-            launched = measured + len(self._pending)
+                return self._cancel()
+            launched = self._measured + len(self._pending)
+            patience_out = self._patience is not None and self._patience.exhausted
             can_launch = (launched < budget.max_trials and time.monotonic() < deadline
                           and len(self._pending) < budget.max_concurrent_trials
-                          and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW)
+                          and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW and not patience_out)
             if can_launch:
                 ran = self._launch_one()
                 unrunnable_in_a_row = 0 if ran else unrunnable_in_a_row + 1
                 continue
             if not self._pending:
-                if measured >= budget.max_trials:
-                    stop_reason = f"reached max_trials ({budget.max_trials})"
-                elif unrunnable_in_a_row >= MAX_UNRUNNABLE_IN_A_ROW:
-                    stop_reason = ("search space exhausted: the last "
-                                   f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already "
-                                   "or invalid")
-                else:
-                    stop_reason = f"reached max_minutes ({budget.max_minutes:g})"
-                break
-            for result in self.executor.wait(timeout_s=1.0):
-                if self._finish(result):
-                    measured += 1
-                    infra_in_a_row = 0
-                else:
-                    infra_in_a_row += 1
-                    last_infra = f"{result.error_type}: {result.error_message or ''}"[:500]
-            if infra_in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW:
-                for result in self.executor.cancel_all():
-                    self._finish(result)
-                stop_reason = (f"{BREAKER_PREFIX}: {infra_in_a_row} trials in a row failed for "
-                               f"reasons outside their configs; last: {last_infra}")
-                break
-        return RunSummary(stop_reason, measured, records(self.study))
+                if self._measured >= budget.max_trials:
+                    return f"reached max_trials ({budget.max_trials})"
+                if patience_out and self._patience is not None:
+                    return self._patience.reason()
+                if unrunnable_in_a_row >= MAX_UNRUNNABLE_IN_A_ROW:
+                    return ("search space exhausted: the last "
+                            f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already, "
+                            "invalid or known not to fit")
+                return f"reached max_minutes ({budget.max_minutes:g})"
+            tripped = self._collect(breaker)
+            if tripped:
+                return tripped
+
+    def _collect(self, breaker: _Breaker) -> str:
+        """Tell the results that are in; the breaker's stop reason when it trips, else ''."""
+        for result in self.executor.wait(timeout_s=1.0):
+            breaker.saw(result, self._finish(result) is None)
+        if breaker.tripped:
+            for result in self.executor.cancel_all():
+                self._finish(result)
+            return breaker.reason()
+        return ""
+
+    def _cancel(self) -> str:
+        for result in self.executor.cancel_all():
+            self._finish(result)
+        return CANCELLED
 
     def _launch_one(self) -> bool:
-        """Ask for one proposal; run it if it is valid and new. True when a trial launched."""
+        """Ask for one proposal; run it if it is valid, new and not known not to fit. True
+        when a trial launched."""
         trial = self.study.ask()
         proposal = self.space.suggest(trial)
         config = proposal.config
@@ -200,9 +278,41 @@ class StudyRunner:
             self._tell_unrun(trial, config, "invalid", "; ".join(map(str, proposal.violations)))
             return False
         key = config_key(config)
-        if key in self._known or key in {config_key(c) for _, c in self._pending.values()}:
+        if key in self._known or key in {config_key(p.config) for p in self._pending.values()}:
             self._tell_duplicate(trial, config, self._known.get(key))
             return False
+        predicted = self._screen(trial, config)
+        if predicted is None:
+            return False
+        self._submit(trial, config, predicted)
+        return True
+
+    def _screen(self, trial: optuna.Trial, config: dict[str, Any]) -> dict[str, float] | None:
+        """The memory prediction to record, or None when the proposal was skipped as known
+        not to fit (and told as such)."""
+        if self.infer_feasibility:
+            oom = self._feasibility.ruled_out_by(config)
+            if oom is not None:
+                why = (f"at least as large in every memory knob as trial {oom.number}, which ran "
+                       f"out of memory ({oom.phase or 'unknown phase'})")
+                self._tell_skipped(trial, config, "inferred_oom", why, {}, inferred_from=oom.number)
+                return None
+        if self.memory_model is None:
+            return {}
+        prediction = self.memory_model.predict(config)
+        predicted = prediction.to_attrs()
+        too_big = prediction.exceeds(self.spec.memory_model.skip_margin)
+        if too_big is not None:
+            fits = self._feasibility.ruled_in_by(config)
+            if fits is None:
+                self._tell_skipped(trial, config, "predicted_oom", too_big, predicted)
+                return None
+            log.info("trial %s: %s, but trial %s (at least as large) fit; running it",
+                     trial.number, too_big, fits.number)
+        return predicted
+
+    def _submit(self, trial: optuna.Trial, config: dict[str, Any], predicted: dict[str, float],
+                repeat_of: int | None = None) -> None:
         trial_id = f"{self.study.study_name}-{trial.number}"
         trial_spec = build_trial_spec(self.spec, self.space.arch, config, trial_id, self.device,
                                       self.memory_cap_gib)
@@ -211,10 +321,60 @@ class StudyRunner:
                      else Resources(num_cpus=self.cpus_per_trial))
         trial.set_user_attr("config", config)
         trial.set_user_attr("trial_id", trial_id)
+        if predicted:
+            trial.set_user_attr("predicted_memory_gib", predicted)
         self.executor.submit(trial_spec, resources, self.spec.budget.trial_timeout_s)
-        self._pending[trial_id] = (trial, config)
+        self._pending[trial_id] = _Pending(trial, config, predicted, repeat_of)
         self.hooks.on_start(trial.number, trial_id)
-        return True
+
+    # ------------------------------------------------------------------ finalists
+
+    def _remeasure(self, deadline: float) -> str:
+        """Run the fastest Pareto-front trials again until each has ``remeasure_runs`` runs;
+        a note for the stop reason ('' when there is nothing to do)."""
+        budget = self.spec.budget
+        wanted = budget.finalists
+        if wanted == 0:
+            return ""
+        recs = records(self.study)
+        finalists = front(self.spec, recs)[:wanted]
+        queue: list[TrialRecord] = []
+        for rec in finalists:
+            done = 1 + sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
+            queue += [rec] * max(0, budget.remeasure_runs - done)
+        if not finalists:
+            return ""
+        breaker = _Breaker()
+        while queue or self._pending:
+            if self.hooks.stop_requested():
+                return self._cancel()
+            if time.monotonic() >= deadline and not self._pending:
+                return f"; re-measuring the finalists stopped at max_minutes ({budget.max_minutes:g})"
+            if queue and time.monotonic() < deadline and len(self._pending) < budget.max_concurrent_trials:
+                self._launch_repeat(queue.pop(0))
+                continue
+            tripped = self._collect(breaker)
+            if tripped:
+                return f"; re-measuring the finalists stopped: {tripped}"
+        numbers = ", ".join(f"#{r.number}" for r in finalists)
+        return (f"; finalists {numbers} measured {budget.remeasure_runs} times each "
+                "(medians decide the winner)")
+
+    def _launch_repeat(self, original: TrialRecord) -> None:
+        frozen = self.study.get_trials(deepcopy=False)[original.number]
+        self.study.enqueue_trial(dict(frozen.params), user_attrs={"repeat_of": original.number})
+        while True:  # enqueued trials come out first in, first out
+            trial = self.study.ask()
+            config = self.space.suggest(trial).config
+            if trial.user_attrs.get("repeat_of") == original.number:
+                break
+            self._tell_unrun(trial, config, "invalid",
+                             "left waiting when the search ended; not run (re-measuring finalists)")
+        if config_key(config) != config_key(original.config):  # the space changed under it
+            self._tell_unrun(trial, config, "invalid", f"could not re-propose trial {original.number}")
+            return
+        predicted = self.memory_model.predict(config).to_attrs() if self.memory_model else {}
+        self._submit(trial, config, predicted, repeat_of=original.number)
 
     # ------------------------------------------------------------------ telling
 
@@ -227,25 +387,29 @@ class StudyRunner:
             values.append(float(value))
         return values
 
-    def _worst_values(self, result: TrialResult) -> list[float]:
+    def _worst_values(self, peak_gib: float | None) -> list[float]:
         values = []
         for obj in self.spec.objectives:
             worst = worst_value(obj.metric, obj.resolved_direction, self.memory_cap_gib)
-            if obj.metric == "peak_memory_gib" and result.metrics.get("peak_memory_gib"):
-                worst = max(worst, float(result.metrics["peak_memory_gib"]))
+            if obj.metric == "peak_memory_gib" and peak_gib:
+                worst = max(worst, float(peak_gib))
             values.append(worst)
         return values
 
-    def _finish(self, result: TrialResult) -> bool:
-        """Tell the outcome; False when it was an infrastructure failure (not counted)."""
-        trial, config = self._pending.pop(result.trial_id)
+    def _finish(self, result: TrialResult) -> TrialRecord | None:
+        """Tell the outcome; the trial's record, or None for an infrastructure failure."""
+        pending = self._pending.pop(result.trial_id)
+        trial, config = pending.trial, pending.config
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
         if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
             trial.set_user_attr("status", "infra_error")
             self.study.tell(trial, state=TrialState.FAIL)
             self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
-            return False
+            return None
+        if pending.predicted:
+            measured = measured_phases_of(result.status, result.phase, result.metrics)
+            trial.set_user_attr("memory_error_gib", prediction_errors(pending.predicted, measured))
         values = self._objective_values(result) if result.ok else None
         if result.ok and values is None:
             trial.set_user_attr("status", "error")
@@ -255,19 +419,40 @@ class StudyRunner:
             self.study.tell(trial, values)
         elif result.status in ("oom", "timeout"):
             trial.set_constraint(CONSTRAINT, 1.0)
-            self.study.tell(trial, self._worst_values(result))
+            self.study.tell(trial, self._worst_values(result.metrics.get("peak_memory_gib")))
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         record = record_of(self.study._storage.get_trial(trial._trial_id))
-        self._known.setdefault(config_key(config), record)
+        if record.repeat_of is None:
+            self._known.setdefault(config_key(config), record)
+        if record.measured:
+            self._measured += 1
+        self._learn(record)
         self.hooks.on_record(record)
-        return True
+        return record
 
     def _tell_unrun(self, trial: optuna.Trial, config: dict[str, Any], status: str, why: str) -> None:
         trial.set_user_attr("status", status)
         trial.set_user_attr("config", config)
         trial.set_user_attr("error_message", why)
         self.study.tell(trial, state=TrialState.FAIL)
+
+    def _tell_skipped(self, trial: optuna.Trial, config: dict[str, Any], status: str, why: str,
+                      predicted: dict[str, float], inferred_from: int | None = None) -> None:
+        """Known not to fit: infeasible for the sampler (like an OOM), never run, no cost."""
+        trial.set_user_attr("status", status)
+        trial.set_user_attr("config", config)
+        trial.set_user_attr("error_message", why)
+        if predicted:
+            trial.set_user_attr("predicted_memory_gib", predicted)
+        if inferred_from is not None:
+            trial.set_user_attr("inferred_from", inferred_from)
+        trial.set_constraint(CONSTRAINT, 1.0)
+        self.study.tell(trial, self._worst_values(predicted.get("peak")))
+        record = record_of(self.study._storage.get_trial(trial._trial_id))
+        if status == "inferred_oom":  # certain; a prediction is made again if it is re-proposed
+            self._known.setdefault(config_key(config), record)
+        self.hooks.on_record(record)
 
     def _tell_duplicate(self, trial: optuna.Trial, config: dict[str, Any],
                         earlier: TrialRecord | None) -> None:
@@ -281,8 +466,32 @@ class StudyRunner:
         if earlier.status == "ok" and earlier.values is not None:
             trial.set_constraint(CONSTRAINT, -1.0)
             self.study.tell(trial, earlier.values)
-        elif earlier.status in ("oom", "timeout") and earlier.values is not None:
+        elif (earlier.status in ("oom", "timeout", *SKIPPED_STATUSES)
+              and earlier.values is not None):
             trial.set_constraint(CONSTRAINT, 1.0)
             self.study.tell(trial, earlier.values)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+
+@dataclass
+class _Breaker:
+    """Counts infrastructure failures in a row; trips at ``MAX_INFRA_ERRORS_IN_A_ROW``."""
+
+    in_a_row: int = 0
+    last: str = ""
+
+    def saw(self, result: TrialResult, infra: bool) -> None:
+        if infra:
+            self.in_a_row += 1
+            self.last = f"{result.error_type}: {result.error_message or ''}"[:500]
+        else:
+            self.in_a_row = 0
+
+    @property
+    def tripped(self) -> bool:
+        return self.in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW
+
+    def reason(self) -> str:
+        return (f"{BREAKER_PREFIX}: {self.in_a_row} trials in a row failed for reasons outside "
+                f"their configs; last: {self.last}")

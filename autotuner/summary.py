@@ -1,15 +1,26 @@
-"""What a job found: the Pareto front, the best trial, and its gain over verl's defaults."""
+"""What a job found: the Pareto front, the winner, and its gain over verl's defaults.
+
+The winner is noise-aware once finalists were re-measured (``StudyRunner._remeasure``):
+each trial is scored by the median throughput of its runs (a failed re-run counts as 0),
+and the re-measured finalists whose median is within the noise band of the best median
+(``budget.noise_band_pct``, or the best's own measured spread if that is larger) tie; of
+those, the one with the least peak memory wins. Its median, spread and run count go
+wherever the winner is shown. A job without re-measurements picks the fastest trial.
+"""
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.pareto import best_under_cap, pareto_front
+from autotuner.knobs import R
+from autotuner.pareto import pareto_front
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
+MEMORY = "peak_memory_gib"
 
 
 def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
@@ -21,13 +32,113 @@ def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
     return pareto_front(feasible, objectives)
 
 
+@dataclass
+class Runs:
+    """A trial's throughput over its runs: its own and its re-measurements'."""
+
+    trial: TrialRecord
+    throughputs: list[float] = field(default_factory=list)
+    peaks_gib: list[float] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return len(self.throughputs)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.throughputs) if self.throughputs else 0.0
+
+    @property
+    def low(self) -> float:
+        return min(self.throughputs, default=0.0)
+
+    @property
+    def high(self) -> float:
+        return max(self.throughputs, default=0.0)
+
+    @property
+    def spread_pct(self) -> float | None:
+        """(max - min) / median, in percent; None with a single run."""
+        if self.n < 2 or not self.median:
+            return None
+        return 100.0 * (self.high - self.low) / self.median
+
+    @property
+    def peak_gib(self) -> float:
+        return statistics.median(self.peaks_gib) if self.peaks_gib else 0.0
+
+    def describe(self) -> str:
+        """``7083.0 tok/s/GPU`` or ``7083.0 tok/s/GPU (median of 3, spread 1.2%)``."""
+        if self.n < 2:
+            return f"{self.median:.1f} tok/s/GPU (1 run)"
+        return (f"{self.median:.1f} tok/s/GPU (median of {self.n} runs, "
+                f"{self.low:.1f}-{self.high:.1f}, spread {self.spread_pct or 0:.1f}%)")
+
+
+def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
+    """Every feasible trial's runs, by trial number (re-measurements joined to theirs)."""
+    out = {r.number: Runs(r) for r in recs if r.feasible and r.metric(THROUGHPUT) is not None}
+    for r in sorted(recs, key=lambda r: r.number):
+        number = r.number if r.repeat_of is None else r.repeat_of
+        if number not in out or not r.ran:
+            continue
+        ok = r.status == "ok"
+        out[number].throughputs.append((r.metric(THROUGHPUT) or 0.0) if ok else 0.0)
+        if ok and r.metric(MEMORY) is not None:
+            out[number].peaks_gib.append(float(r.metrics[MEMORY]))
+    return out
+
+
+def choose(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
+           ) -> tuple[Runs | None, list[int]]:
+    """The winner's runs and the trials it tied with (see the module docstring)."""
+    cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
+    candidates = [runs for runs in runs_of(recs).values()
+                  if float(runs.trial.metrics.get(MEMORY, 0.0)) <= cap]
+    if not candidates:
+        return None, []
+    top = max(candidates, key=lambda c: (c.median, -c.trial.number))
+    if top.n < 2:
+        return top, []
+    band = max(spec.budget.noise_band_pct, top.spread_pct or 0.0) / 100.0
+    tied = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - band)]
+    winner = min(tied, key=lambda c: (c.peak_gib, -c.median, c.trial.number))
+    return winner, sorted(c.trial.number for c in tied if c is not winner)
+
+
 def best(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
          ) -> TrialRecord | None:
-    """Highest step throughput among feasible trials, under a memory cap if one is given."""
-    feasible = [r for r in recs if r.feasible and r.metric(THROUGHPUT) is not None]
-    cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
-    return best_under_cap(feasible, lambda r: float(r.metrics[THROUGHPUT]), "maximize",
-                          lambda r: float(r.metrics.get("peak_memory_gib", 0.0)), cap)
+    """The winner among feasible trials, under a memory cap if one is given."""
+    winner, _ = choose(spec, recs, max_peak_memory_gib)
+    return None if winner is None else winner.trial
+
+
+def gpu_seconds(recs: list[TrialRecord]) -> float:
+    """What the job's trials cost: each run's wall time (start-up included) x its GPUs."""
+    return sum(r.wall_s * int(r.config.get(R + "tensor_model_parallel_size", 1))
+               for r in recs if r.ran or r.status == "infra_error")
+
+
+def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
+    """The memory model's error on the trials it predicted before they ran, per phase:
+    mean and largest |measured - predicted| (GiB), and the mean relative to measured (%)."""
+    per_phase: dict[str, list[tuple[float, float]]] = {}
+    for r in recs:
+        for phase, error in r.memory_error_gib.items():
+            predicted = r.predicted_memory_gib.get(phase)
+            if predicted is not None:
+                per_phase.setdefault(phase, []).append((float(error), predicted + float(error)))
+    phases = {}
+    for phase, pairs in per_phase.items():
+        phases[phase] = {
+            "trials": len(pairs),
+            "mean_abs_error_gib": statistics.fmean(abs(e) for e, _ in pairs),
+            "max_abs_error_gib": max(abs(e) for e, _ in pairs),
+            "mean_abs_error_pct": statistics.fmean(100 * abs(e) / m for e, m in pairs if m > 0)
+            if any(m > 0 for _, m in pairs) else None,
+            "mean_error_gib": statistics.fmean(e for e, _ in pairs),
+        }
+    return phases
 
 
 @dataclass
@@ -43,29 +154,55 @@ class JobSummary:
     # Every named baseline: its trial, status and throughput, and the best's gain over it.
     baselines: dict[str, dict[str, Any]] = field(default_factory=dict)
     device: str = ""
+    # The winner's runs (1 unless re-measured), their range and spread (% of the median),
+    # and the finalists it tied with inside the noise band.
+    best_runs: int = 0
+    best_throughput_range: list[float] | None = None
+    best_spread_pct: float | None = None
+    tied_with: list[int] = field(default_factory=list)
+    noise_band_pct: float = 0.0
+    # Measured minus predicted peak memory per phase, over the trials predicted before they ran.
+    memory_model_errors: dict[str, Any] = field(default_factory=dict)
+    gpu_seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    def best_line(self) -> str:
+        """The winner in one line with its spread, for the CLI and logs."""
+        if self.best is None or self.best_throughput is None:
+            return "no feasible trial"
+        runs = (f" (median of {self.best_runs} runs, spread {self.best_spread_pct or 0:.1f}%)"
+                if self.best_runs >= 2 else " (1 run)")
+        tied = f"; tied within the noise band with {self.tied_with}" if self.tied_with else ""
+        return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}"
 
 
 def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSummary:
     counts: dict[str, int] = {}
     for r in recs:
-        counts[r.status] = counts.get(r.status, 0) + 1
-    top = best(spec, recs)
+        key = r.status if r.repeat_of is None else "remeasured"
+        counts[key] = counts.get(key, 0) + 1
+    winner, tied = choose(spec, recs)
+    top_tput = winner.median if winner is not None else None
     out_baselines: dict[str, dict[str, Any]] = {}
     for r in recs:
         if r.baseline and r.baseline not in out_baselines and (r.measured or r.status == "duplicate"):
-            tput = r.metric(THROUGHPUT) if r.feasible else 0.0
-            gain = (top.metric(THROUGHPUT) or 0.0) / tput if top is not None and tput else None
+            tput = r.metric(THROUGHPUT) if r.status == "ok" else 0.0
+            gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
             out_baselines[r.baseline] = {"trial": r.number, "status": r.status,
                                          "throughput_tokens_per_s_per_gpu": tput,
                                          "gain_of_best": gain}
     base = next((r for r in recs if r.baseline and r.measured), None)
     out = JobSummary(stop_reason, counts, [r.number for r in front(spec, recs)],
-                     baselines=out_baselines)
-    if top is not None:
-        out.best, out.best_throughput, out.device = top.number, top.metric(THROUGHPUT), top.device
+                     baselines=out_baselines, noise_band_pct=spec.budget.noise_band_pct,
+                     memory_model_errors=memory_errors(recs), gpu_seconds=gpu_seconds(recs))
+    if winner is not None:
+        out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
+        out.best_runs, out.tied_with = winner.n, tied
+        if winner.n >= 2:
+            out.best_throughput_range = [winner.low, winner.high]
+            out.best_spread_pct = winner.spread_pct
     if base is not None:
         out.baseline = base.number
         out.baseline_throughput = base.metric(THROUGHPUT) if base.feasible else 0.0

@@ -15,13 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT
+from autotuner.summary import THROUGHPUT, Runs, runs_of
 from storage import JobRecord, JobStatus
 
 T = TypeVar("T")
 
 TrialStatus = Literal["ok", "oom", "error", "timeout", "invalid", "duplicate", "interrupted",
-                      "running"]
+                      "running", "infra_error", "predicted_oom", "inferred_oom"]
 
 
 class JobCreate(JobSpec):
@@ -42,13 +42,41 @@ class JobCreated(BaseModel):
     status: JobStatus
 
 
+class RunsPublic(BaseModel):
+    """A trial's step throughput over its runs (its own and its re-measurements)."""
+
+    runs: int = Field(description="How many times the config was measured.")
+    median: float = Field(description="Median throughput (tokens/s/GPU); a failed run counts as 0.")
+    low: float
+    high: float
+    spread_pct: float | None = Field(description="(high - low) / median, in percent.")
+
+    @classmethod
+    def of(cls, runs: Runs | None) -> RunsPublic | None:
+        if runs is None or runs.n < 2:
+            return None
+        return cls(runs=runs.n, median=runs.median, low=runs.low, high=runs.high,
+                   spread_pct=runs.spread_pct)
+
+
 class BestTrialPublic(BaseModel):
-    """The fastest feasible trial so far."""
+    """The winner so far: the fastest feasible trial, or, once finalists were re-measured,
+    the one with the best median (ties inside the noise band go to less memory)."""
 
     number: int
-    throughput_tokens_per_s_per_gpu: float | None
+    throughput_tokens_per_s_per_gpu: float | None = Field(
+        description="Its median throughput when re-measured, else its one measurement.")
     peak_memory_gib: float | None
     device: str = Field(description="The device the figures come from.")
+    runs: RunsPublic | None = Field(default=None, description="Its runs, when re-measured.")
+
+    @classmethod
+    def of(cls, best: TrialRecord, runs: Runs | None) -> BestTrialPublic:
+        many = runs is not None and runs.n >= 2
+        return cls(number=best.number,
+                   throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
+                   peak_memory_gib=best.metric("peak_memory_gib"), device=best.device,
+                   runs=RunsPublic.of(runs))
 
 
 class JobPublic(BaseModel):
@@ -86,19 +114,20 @@ class JobPublic(BaseModel):
             trials_done=done, trials_total=job.trials_total,
             cancel_requested=job.cancel_requested, stop_reason=job.stop_reason, error=job.error,
             elapsed_s=elapsed, eta_s=eta,
-            best=None if best is None else BestTrialPublic(
-                number=best.number, throughput_tokens_per_s_per_gpu=best.metric(THROUGHPUT),
-                peak_memory_gib=best.metric("peak_memory_gib"), device=best.device),
+            best=None if best is None else BestTrialPublic.of(best, runs_of(records).get(best.number)),
             spec=json.loads(job.spec_json),
         )
 
 
 class TrialPublic(BaseModel):
     number: int
-    status: str = Field(description="ok, oom, error, timeout, invalid, duplicate, interrupted "
-                        "or running.")
+    status: str = Field(description="ok, oom, error, timeout (measured); invalid, duplicate, "
+                        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
+                        "running.")
     feasible: bool = Field(description="Measured successfully (status ok).")
     measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")
+    skipped: bool = Field(default=False, description="Not run: predicted_oom (the memory model) or "
+                          "inferred_oom (a measured OOM no larger in any memory knob).")
     config: dict[str, Any] = Field(description="The trial's knobs, keyed by verl path.")
     metrics: dict[str, float] = Field(description="Everything the trial measured.")
     phase_timings_s: dict[str, float]
@@ -110,14 +139,29 @@ class TrialPublic(BaseModel):
     baseline: str | None = Field(description="Set on the trial that runs verl's defaults.")
     duplicate_of: int | None
     wall_s: float
+    repeat_of: int | None = Field(default=None, description="Set on a finalist's re-measurement: "
+                                  "the trial it measures again (not counted against the budget).")
+    inferred_from: int | None = Field(default=None, description="inferred_oom: the measured OOM "
+                                      "that rules it out.")
+    predicted_memory_gib: dict[str, float] = Field(
+        default_factory=dict, description="The memory model's peak per phase, predicted before "
+        "the trial ran (GiB).")
+    memory_error_gib: dict[str, float] = Field(
+        default_factory=dict, description="Measured minus predicted, per phase measured (GiB).")
+    runs: RunsPublic | None = Field(default=None, description="Its throughput over its runs, "
+                                    "when it was re-measured as a finalist.")
 
     @classmethod
-    def of(cls, r: TrialRecord) -> TrialPublic:
+    def of(cls, r: TrialRecord, runs: Runs | None = None) -> TrialPublic:
         return cls(
             number=r.number, status=r.status, feasible=r.feasible, measured=r.measured,
+            skipped=r.skipped,
             config=r.config, metrics=r.metrics, phase_timings_s=r.phase_timings_s, phase=r.phase,
             error_type=r.error_type, error_message=r.error_message, device=r.device,
             values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
+            repeat_of=r.repeat_of, inferred_from=r.inferred_from,
+            predicted_memory_gib=r.predicted_memory_gib, memory_error_gib=r.memory_error_gib,
+            runs=RunsPublic.of(runs),
         )
 
 

@@ -19,7 +19,7 @@ from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext
 from autotuner.records import TrialRecord, record_of
 from autotuner.spec import JobSpec
-from autotuner.summary import best, front
+from autotuner.summary import Runs, best, front, runs_of
 from storage import JobRecord
 
 
@@ -34,6 +34,11 @@ class JobView:
     @property
     def best(self) -> TrialRecord | None:
         return best(self.spec, self.records)
+
+    @property
+    def runs(self) -> dict[int, Runs]:
+        """Every feasible trial's runs, by number (re-measured finalists have several)."""
+        return runs_of(self.records)
 
 
 @dataclass(frozen=True)
@@ -85,17 +90,19 @@ class JobService:
     # ------------------------------------------------------------------ trials
 
     def trials(self, job_id: str, status: str | None, offset: int, limit: int
-               ) -> tuple[list[TrialRecord], int]:
-        recs = self.get_job(job_id).records
-        if status is not None:
-            recs = [r for r in recs if r.status == status]
-        return recs[offset:offset + limit], len(recs)
+               ) -> tuple[list[TrialRecord], int, dict[int, Runs]]:
+        """A page of trials, how many match, and the re-measured ones' runs (by number)."""
+        every = self.get_job(job_id).records
+        recs = every if status is None else [r for r in every if r.status == status]
+        return recs[offset:offset + limit], len(recs), runs_of(every)
 
     def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord]]:
         view = self.get_job(job_id)
         return view.spec, front(view.spec, view.records)
 
-    def best_trial(self, job_id: str, max_peak_memory_gib: float | None) -> TrialRecord:
+    def best_trial(self, job_id: str, max_peak_memory_gib: float | None
+                   ) -> tuple[TrialRecord, Runs | None]:
+        """The winner (see ``autotuner.summary``) and its runs."""
         view = self.get_job(job_id)
         chosen = best(view.spec, view.records, max_peak_memory_gib)
         if chosen is None:
@@ -106,7 +113,7 @@ class JobService:
                 f"{'' if view.job.is_finished else ' yet'} ({view.job.status}, "
                 f"{sum(1 for r in view.records if r.measured)} trials measured)",
                 field="max_peak_memory_gib" if max_peak_memory_gib is not None else None)
-        return chosen
+        return chosen, runs_of(view.records).get(chosen.number)
 
     def trial(self, job_id: str, number: int) -> tuple[JobView, TrialRecord]:
         view = self.get_job(job_id)
@@ -123,8 +130,11 @@ class JobService:
         if not rec.config:
             raise ConflictError(f"trial {number} has no config (status {rec.status})",
                                 field="number")
-        header = {"job": view.job.name, "job_id": view.job.id, "trial": rec.number,
-                  "metrics": rec.metrics, "device": rec.device}
+        header: dict[str, Any] = {"job": view.job.name, "job_id": view.job.id,
+                                  "trial": rec.number, "metrics": rec.metrics, "device": rec.device}
+        runs = runs_of(view.records).get(rec.number)
+        if runs is not None and runs.n >= 2:
+            header["throughput"] = runs.describe()
         stem = f"{view.job.name}-trial{rec.number}"
         if fmt == "yaml":
             return ConfigFile(f"{stem}.yaml", "application/yaml",

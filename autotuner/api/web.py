@@ -276,8 +276,13 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
     columns += [Column(f"k:{k}", knob_label(k), f"knob {k}", _numeric([r.config.get(k) for r in recs]))
                 for k in varying]
     columns += [Column(f"m:{m}", m, f"metric {m}", True) for m in others]
+    predicted = any(r.predicted_memory_gib for r in recs)
+    if predicted:
+        columns += [Column("p:peak", "predicted peak GiB",
+                           "the memory model's peak, predicted before the trial ran", True),
+                    Column("e:peak", "prediction error GiB", "measured minus predicted peak", True)]
     columns += [Column("wall_s", "wall time s", "wall-clock time of the whole trial, in seconds", True),
-                Column("error", "error", "why it failed", False)]
+                Column("error", "error", "why it failed, or why it was not run", False)]
     rows = []
     for r in recs:
         row = Row(r, r.number in pareto_numbers)
@@ -285,6 +290,9 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
         row.cells += [(fmt(r.metrics.get(m)), sort_key(r.metrics.get(m))) for m in headline]
         row.cells += [(fmt(r.config.get(k)), sort_key(r.config.get(k))) for k in varying]
         row.cells += [(fmt(r.metrics.get(m)), sort_key(r.metrics.get(m))) for m in others]
+        if predicted:
+            for value in (r.predicted_memory_gib.get("peak"), r.memory_error_gib.get("peak")):
+                row.cells.append((fmt(value), sort_key(value)))
         row.cells.append((fmt(r.wall_s), sort_key(r.wall_s)))
         error = ": ".join(p for p in (r.error_type, r.error_message) if p)
         row.cells.append((error, error))

@@ -112,3 +112,25 @@ def test_length_draws_respect_caps_and_are_seeded() -> None:
     normal = NormalLengths(mean=300, std=80, min=10).draw(5000, np.random.default_rng(2), cap=512)
     assert min(normal) >= 10 and max(normal) <= 512
     assert 290 < float(np.mean(normal)) < 310
+
+
+@pytest.mark.parametrize(("max_trials", "explicit", "finalists"),
+                         [(4, None, 0), (7, None, 0), (8, None, 1), (22, None, 2), (200, None, 3),
+                          (4, 2, 2), (200, 0, 0)])
+def test_finalists_default_to_one_per_8_trials_at_most_3(max_trials, explicit, finalists) -> None:
+    budget = {"max_trials": max_trials}
+    if explicit is not None:
+        budget["remeasure_finalists"] = explicit
+    assert parse_job_spec({"budget": budget}).budget.finalists == finalists
+
+
+@pytest.mark.parametrize(("section", "field", "value", "message"), [
+    ("budget", "remeasure_runs", 1, "greater than or equal to 2"),
+    ("budget", "noise_band_pct", -1, "greater than or equal to 0"),
+    ("budget", "patience_trials", -1, "greater than or equal to 0"),
+    ("memory_model", "skip_margin", -0.1, "greater than or equal to 0"),
+])
+def test_search_settings_are_bounded(section, field, value, message) -> None:
+    with pytest.raises(SpecError, match=message) as caught:
+        parse_job_spec({section: {field: value}})
+    assert caught.value.field == f"{section}.{field}"

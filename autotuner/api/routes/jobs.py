@@ -95,8 +95,9 @@ def delete_job(job_id: JobId, service: Service) -> Response:
 def list_trials(job_id: JobId, service: Service, status: TrialStatus | None = None,
                 offset: Offset = 0, limit: Limit = 1000) -> Page[TrialPublic]:
     """Trials in order, with every metric each one measured."""
-    recs, count = service.trials(job_id, status, offset, limit)
-    return Page[TrialPublic](data=[TrialPublic.of(r) for r in recs], count=count)
+    recs, count, runs = service.trials(job_id, status, offset, limit)
+    return Page[TrialPublic](data=[TrialPublic.of(r, runs.get(r.number)) for r in recs],
+                             count=count)
 
 
 @router.get("/{job_id}/pareto", response_model=ParetoPublic)
@@ -116,14 +117,16 @@ def best_trial(job_id: JobId, service: Service,
                    gt=0, allow_inf_nan=False,
                    description="Only trials whose peak memory is at most this.")] = None,
                ) -> TrialPublic:
-    """The fastest feasible trial (step throughput), under a peak-memory cap if given."""
-    return TrialPublic.of(service.best_trial(job_id, max_peak_memory_gib))
+    """The winner under a peak-memory cap if given: the fastest feasible trial, or once the
+    finalists were re-measured the best median (ties within the noise band: least memory)."""
+    return TrialPublic.of(*service.best_trial(job_id, max_peak_memory_gib))
 
 
 @router.get("/{job_id}/trials/{number}", response_model=TrialPublic)
 def get_trial(job_id: JobId, number: TrialNumber, service: Service) -> TrialPublic:
     """One trial."""
-    return TrialPublic.of(service.trial(job_id, number)[1])
+    view, rec = service.trial(job_id, number)
+    return TrialPublic.of(rec, view.runs.get(rec.number))
 
 
 @router.get("/{job_id}/trials/{number}/config", response_class=Response,

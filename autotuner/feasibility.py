@@ -1,0 +1,83 @@
+"""Feasibility by monotonicity: memory only grows with the memory knobs, the rest fixed.
+
+With every other knob equal, a larger ``gpu_memory_utilization`` (the engine's budget
+beside the actor, less headroom outside it), ``max_num_seqs`` and
+``max_num_batched_tokens`` (more of that budget for activations and the sampler), a
+larger micro-batch or token budget (more activations and logits) never need less memory
+in any phase. So a measured OOM rules out every config at least as large in all of them
+("its larger neighbours"), and a success rules in every config at most as large.
+
+One kind of OOM runs the other way: the engine's KV cache too *small* (a budget that
+leaves no room for the cache blocks, or for one sequence of ``max_model_len``) gets
+better with a larger budget. Those failures are not used to rule anything out.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotuner.knobs import A, R
+from autotuner.records import TrialRecord
+
+MEMORY_KNOBS = (
+    R + "gpu_memory_utilization",
+    R + "max_num_seqs",
+    R + "max_num_batched_tokens",
+    A + "ppo_micro_batch_size_per_gpu",
+    R + "log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    A + "ppo_max_token_len_per_gpu",
+    R + "log_prob_max_token_len_per_gpu",
+)
+# OOMs of a KV cache too small for the engine's needs: a larger budget would help.
+KV_SHORTAGE = re.compile(
+    r"No available memory for the cache blocks|larger than the available KV cache memory|"
+    r"Cannot auto-fit max_model_len|insufficient KV cache|less than requested memory for kv",
+    re.IGNORECASE,
+)
+
+
+def at_most(small: dict[str, Any], large: dict[str, Any]) -> bool:
+    """Whether ``small`` needs no more memory than ``large``: the same knobs, equal except
+    the memory knobs, and each of those no larger."""
+    if small.keys() != large.keys():
+        return False
+    for key, value in small.items():
+        other = large[key]
+        if key in MEMORY_KNOBS:
+            if float(value) > float(other):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+def rules_out(record: TrialRecord) -> bool:
+    """Whether a trial's outcome says its larger neighbours cannot fit either."""
+    if record.status != "oom" or not record.config:
+        return False
+    return not KV_SHORTAGE.search(f"{record.error_type or ''} {record.error_message or ''}")
+
+
+@dataclass
+class Feasibility:
+    """The measured OOMs and successes of a job, and what they imply for a proposal."""
+
+    ooms: list[TrialRecord] = field(default_factory=list)
+    fits: list[TrialRecord] = field(default_factory=list)
+
+    def add(self, record: TrialRecord) -> None:
+        if rules_out(record):
+            self.ooms.append(record)
+        elif record.status == "ok" and record.config:
+            self.fits.append(record)
+
+    def ruled_out_by(self, config: dict[str, Any]) -> TrialRecord | None:
+        """A measured OOM no larger than ``config`` in any memory knob (else None)."""
+        return next((r for r in self.ooms if at_most(r.config, config)), None)
+
+    def ruled_in_by(self, config: dict[str, Any]) -> TrialRecord | None:
+        """A measured success no smaller than ``config`` in any memory knob (else None)."""
+        return next((r for r in self.fits if at_most(config, r.config)), None)

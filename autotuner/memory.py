@@ -1,0 +1,376 @@
+"""The memory model: predicts each phase's peak device memory from the model and the knobs.
+
+Physics first, per data-parallel rank (the actor is FSDP-sharded over ``n_gpus`` ranks;
+the trial measures one), in the phases a trial samples (``trials.runner``):
+
+- ``startup``: the actor as verl holds it between steps, fp32 master weights (4 B/param)
+  and AdamW's two moments (8 B/param), each unless offloaded; then the engine beside it,
+  which takes ``gpu_memory_utilization * capacity`` (weights, activations, KV cache) and,
+  with CUDA graphs, their pool outside that budget. vLLM refuses to start when that budget
+  does not fit beside what the device holds already.
+- ``rollout``: the same residents (the KV cache is allocated at start-up).
+- ``train``: the engine asleep (only its CUDA context and graph pool stay), and the
+  largest of the three sub-phases over the micro-batches the rank runs (the lengths are
+  the job's own, drawn as the trial draws them): the old-log-prob forward (params +
+  resident optimizer state + one micro-batch's forward activations and logits), the
+  reference forward (bf16, CPU-offloaded, streamed layer by layer: see
+  ``trials.actor_state``), and the update (params + fp32 grads + AdamW state + the saved
+  activations of every layer, or only their inputs under gradient checkpointing, + the
+  logits: ``micro-batch x response window x vocab`` in the compute dtype, its fp32 copy,
+  the log-softmax and their gradients).
+- ``wake``: the next step's hand-over, the engine's full budget back beside the actor
+  (whose parameters come in for the weight sync under ``param_offload``).
+
+On a CPU 'device' (the trial's RSS over its own baseline, under a real allocation cap)
+the same terms apply without CUDA contexts or graphs; only the actor plus the engine's
+KV cache at start-up and the train phase are held to the cap there, so only those are
+checked.
+
+Calibration: the physics is a prior. Each job fits, per phase, ``measured = scale *
+physics + offset`` on its own measured trials (offset only, the median residual, until
+three trials span a range of predictions), so after a trial or two the model speaks for
+this device, engine version and allocator. A failed trial's last phase is not a
+measurement (it stopped early) and is not fitted.
+
+Use: ``MemoryModel.predict`` gives the calibrated ``MemoryPrediction``; the study skips
+a proposal whose checked phase exceeds the capacity by more than the job's margin
+(``predicted_oom``), so a wrong model costs a trial, not the optimum.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from autotuner.records import TrialRecord
+from autotuner.spec import JobSpec, ModelArch
+from autotuner.trialspec import build_trial_spec
+from trials.batching import MicroBatch, log_prob_plan, update_plan
+from trials.errors import TrialError
+from trials.types import TrialSpec
+
+GIB = float(1 << 30)
+PHASES = ("startup", "rollout", "train", "wake")
+# Where a failure in a trial phase (``trials.types.PHASES``) stops that sampled phase.
+FAILED_IN = {"startup": "startup", "rollout": "rollout", "engine_sleep": "rollout",
+             "old_log_prob": "train", "ref_log_prob": "train", "update_actor": "train",
+             "engine_wake": "wake"}
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class Physics:
+    """Constants of the prior (GiB unless named otherwise); calibration corrects them."""
+
+    cuda_context_gib: float = 0.5  # per process that touches a GPU (trial, engine worker)
+    cuda_graph_pool_gib: float = 1.0  # the engine's graphs, outside its budget, kept asleep
+    engine_asleep_gib: float = 0.0  # what a sleeping engine keeps besides context and graphs
+    allocator_slack: float = 0.05  # caching allocator: reserved over allocated, of the transient
+
+
+@dataclass
+class Correction:
+    """``measured = scale * physics + offset`` for one phase, fitted on ``n`` trials."""
+
+    scale: float = 1.0
+    offset_gib: float = 0.0
+    n: int = 0
+
+    def apply(self, gib: float) -> float:
+        return max(0.0, self.scale * gib + self.offset_gib)
+
+
+@dataclass
+class MemoryPrediction:
+    """Predicted ``<phase>_peak_memory_gib`` of a trial, and what must fit the device.
+
+    ``checks`` are the amounts the trial holds to the capacity, per phase (on CUDA every
+    phase's peak; on a CPU the actor plus the engine's KV cache at start-up, and the train
+    phase). ``components`` name the physics' terms (GiB, uncalibrated) for the record.
+    """
+
+    phases: dict[str, float]
+    checks: dict[str, float]
+    capacity_gib: float | None
+    components: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def peak_gib(self) -> float:
+        return max(self.phases.values(), default=0.0)
+
+    def worst_check(self) -> tuple[str, float] | None:
+        """The checked phase with the largest need, and that need (GiB)."""
+        if not self.checks:
+            return None
+        phase = max(self.checks, key=lambda p: self.checks[p])
+        return phase, self.checks[phase]
+
+    def exceeds(self, margin: float) -> str | None:
+        """Why the trial would not fit (a sentence), when a check exceeds the capacity by
+        more than ``margin`` (a fraction); None when it may fit."""
+        worst = self.worst_check()
+        if worst is None or self.capacity_gib is None:
+            return None
+        phase, need = worst
+        if need <= self.capacity_gib * (1.0 + margin):
+            return None
+        return (f"predicted {phase} peak {need:.2f} GiB exceeds the device's "
+                f"{self.capacity_gib:.2f} GiB by {100 * (need / self.capacity_gib - 1):.0f}% "
+                f"(skip margin {100 * margin:.0f}%)")
+
+    def to_attrs(self) -> dict[str, float]:
+        out = {p: round(v, 4) for p, v in self.phases.items()}
+        out["peak"] = round(self.peak_gib, 4)
+        return out
+
+
+def measured_phases(record: TrialRecord) -> dict[str, float]:
+    """The phase peaks a trial really measured: its failing phase (cut short) excluded;
+    ``actor``: the actor's resident memory when the engine started."""
+    return measured_phases_of(record.status, record.phase, record.metrics)
+
+
+def measured_phases_of(status: str, phase: str | None, metrics: dict[str, float]
+                       ) -> dict[str, float]:
+    """``measured_phases`` from a result's status, failing phase and metrics."""
+    failed = FAILED_IN.get(phase or "") if status != "ok" else None
+    out = {}
+    for name in PHASES:
+        value = metrics.get(f"{name}_peak_memory_gib")
+        if value is not None and name != failed:
+            out[name] = float(value)
+    actor = metrics.get("actor_resident_gib")
+    if actor is not None:
+        out["actor"] = float(actor)
+    if status == "ok" and out:
+        out["peak"] = max(v for k, v in out.items() if k in PHASES)
+    return out
+
+
+def prediction_errors(predicted: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
+    """Measured minus predicted (GiB) for every phase both have (``peak`` included)."""
+    return {p: round(measured[p] - predicted[p], 4) for p in predicted if p in measured}
+
+
+def fit(pairs: list[tuple[float, float]]) -> Correction:
+    """A correction from (physics, measured) pairs: the median offset, or a least-squares
+    line once three points span at least 1.3x in physics (its slope kept in [0.5, 2])."""
+    if not pairs:
+        return Correction()
+    xs = [x for x, _ in pairs]
+    if len(pairs) >= 3 and min(xs) > 0 and max(xs) / min(xs) >= 1.3:
+        mean_x, mean_y = statistics.fmean(xs), statistics.fmean(y for _, y in pairs)
+        var = sum((x - mean_x) ** 2 for x in xs)
+        slope = sum((x - mean_x) * (y - mean_y) for x, y in pairs) / var
+        slope = min(2.0, max(0.5, slope))
+        offset = statistics.median(y - slope * x for x, y in pairs)
+        return Correction(slope, offset, len(pairs))
+    return Correction(1.0, statistics.median(y - x for x, y in pairs), len(pairs))
+
+
+class MemoryModel:
+    """Predicts a job's trials' memory (see the module docstring). Not thread-safe."""
+
+    def __init__(self, spec: JobSpec, arch: ModelArch, device: Literal["cuda", "cpu"],
+                 capacity_gib: float | None, physics: Physics | None = None) -> None:
+        self.spec, self.arch, self.device = spec, arch, device
+        self.capacity_gib = capacity_gib
+        self.k = physics or Physics()
+        self.corrections: dict[str, Correction] = {}
+        self._cache: dict[str, MemoryPrediction] = {}
+
+    # ---------------------------------------------------------------- calibration
+
+    def calibrate(self, records: Iterable[TrialRecord]) -> dict[str, Correction]:
+        """Fit the per-phase corrections on the measured trials (replacing earlier fits)."""
+        pairs: dict[str, list[tuple[float, float]]] = {}
+        for rec in records:
+            if not rec.config or not rec.ran:
+                continue
+            measured = measured_phases(rec)
+            if not measured:
+                continue
+            prior = self.physics_of(rec.config)
+            for phase, value in measured.items():
+                if phase == "peak":
+                    continue
+                x = prior.components["actor_gib"] if phase == "actor" else prior.phases.get(phase)
+                if x is not None:
+                    pairs.setdefault(phase, []).append((x, value))
+        self.corrections = {phase: fit(p) for phase, p in pairs.items()}
+        return self.corrections
+
+    # ---------------------------------------------------------------- predictions
+
+    def trial_spec(self, config: dict) -> TrialSpec:
+        return build_trial_spec(self.spec, self.arch, config, "memory-model", self.device,
+                                self.capacity_gib)
+
+    def physics_of(self, config: dict) -> MemoryPrediction:
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key not in self._cache:
+            self._cache[key] = self.physics(self.trial_spec(config))
+        return self._cache[key]
+
+    def predict(self, config: dict) -> MemoryPrediction:
+        """The calibrated prediction for a config (flat, keyed by verl paths)."""
+        prior = self.physics_of(config)
+        phases = {p: self._corrected(p, v) for p, v in prior.phases.items()}
+        checks = dict(phases) if self.device == "cuda" else {}
+        if self.device != "cpu":
+            return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
+        actor = self._corrected("actor", prior.components["actor_gib"])
+        if "engine_budget_gib" in prior.components:
+            checks["startup"] = actor + prior.components["engine_budget_gib"]
+        else:
+            checks["startup"] = actor
+        if "train" in phases:
+            checks["train"] = phases["train"]
+        return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
+
+    def _corrected(self, phase: str, gib: float) -> float:
+        correction = self.corrections.get(phase)
+        return correction.apply(gib) if correction is not None else gib
+
+    # ---------------------------------------------------------------- physics
+
+    def physics(self, trial: TrialSpec) -> MemoryPrediction:
+        """The uncalibrated prediction for a trial spec (GiB per sampled phase)."""
+        a, k, cuda = self.arch, self.k, self.device == "cuda"
+        r, t = trial.rollout, trial.train
+        world = max(trial.n_gpus, 1)
+        shard = a.num_parameters / world
+        params = 4 * shard / GIB
+        grads = 4 * shard / GIB
+        optimizer = 8 * shard / GIB
+        rollout, train = "rollout" in trial.phases, "train" in trial.phases
+        actor = ((0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer)
+                 if train else 0.0)
+        context = k.cuda_context_gib if cuda else 0.0
+        graphs = k.cuda_graph_pool_gib if cuda and rollout and not r.enforce_eager else 0.0
+        capacity = self.capacity_gib or 0.0
+        budget = r.gpu_memory_utilization * capacity if rollout else 0.0
+        engine_context = context if rollout else 0.0
+        components = {"params_gib": params, "grads_gib": grads, "optimizer_gib": optimizer,
+                      "actor_gib": actor, "cuda_context_gib": context + engine_context,
+                      "cuda_graph_pool_gib": graphs}
+        phases: dict[str, float] = {}
+        base = context + actor
+        if rollout:
+            components["engine_budget_gib"] = budget
+            phases["startup"] = base + engine_context + budget + graphs
+            phases["rollout"] = phases["startup"]
+        else:
+            phases["startup"] = base
+        if train:
+            asleep = engine_context + graphs + k.engine_asleep_gib if rollout else 0.0
+            if rollout and not r.free_cache_engine:
+                asleep += budget
+            sub = self._train_sub_phases(trial, params, grads, optimizer)
+            components.update({f"{name}_gib": v for name, v in sub.items()})
+            phases["train"] = context + asleep + max(sub.values())
+            if rollout:
+                reload = params if t.param_offload else 0.0
+                phases["wake"] = phases["startup"] + reload
+        return MemoryPrediction(phases, {}, self.capacity_gib, components)
+
+    def _train_sub_phases(self, trial: TrialSpec, params: float, grads: float,
+                          optimizer: float) -> dict[str, float]:
+        """Each train sub-phase's peak, without the contexts and the sleeping engine."""
+        t = trial.train
+        lengths = [p + r for p, r in zip(trial.train_prompt_lengths, trial.train_response_lengths,
+                                         strict=True)]
+        responses = list(trial.train_response_lengths)
+        try:
+            plans = {
+                "old_log_prob": log_prob_plan(lengths, t.log_prob_micro_batch_size_per_gpu,
+                                              t.use_dynamic_bsz, t.log_prob_max_token_len_per_gpu,
+                                              "log_prob_max_token_len_per_gpu"),
+                "ref_log_prob": log_prob_plan(lengths, t.ref_log_prob_micro_batch_size_per_gpu,
+                                              t.use_dynamic_bsz, t.log_prob_max_token_len_per_gpu,
+                                              "log_prob_max_token_len_per_gpu"),
+                "update_actor": update_plan(lengths, trial.local_mini_batch_size,
+                                            t.ppo_micro_batch_size_per_gpu, t.use_dynamic_bsz,
+                                            t.ppo_max_token_len_per_gpu),
+            }
+        except TrialError:
+            return {"update_actor": params + grads + optimizer}
+        cb = self._compute_bytes(trial)
+        resident_opt = 0.0 if t.optimizer_offload else optimizer
+        layer_copy = self._unit_bytes(cb) / GIB  # FSDP's compute-dtype copy of the units in use
+        slack = 1.0 + self.k.allocator_slack
+        fwd = max(self._forward_bytes(mb, lengths, responses, cb) for mb in plans["old_log_prob"])
+        out = {"old_log_prob": params + resident_opt + layer_copy + slack * fwd / GIB}
+        if t.use_ref:
+            ref_fwd = max(self._forward_bytes(mb, lengths, responses, cb)
+                          for mb in plans["ref_log_prob"])
+            actor_params = 0.0 if t.param_offload else params
+            out["ref_log_prob"] = actor_params + resident_opt + layer_copy + slack * ref_fwd / GIB
+        upd = max(self._update_bytes(mb, lengths, responses, cb, t.enable_gradient_checkpointing)
+                  for mb in plans["update_actor"])
+        out["update_actor"] = params + grads + optimizer + layer_copy + slack * upd / GIB
+        return out
+
+    def _compute_bytes(self, trial: TrialSpec) -> int:
+        requested = DTYPE_BYTES.get(trial.dtype, 2)
+        # A CPU without native bfloat16 computes in float32 (trials.device.compute_dtype).
+        return 4 if self.device == "cpu" else requested
+
+    def _unit_bytes(self, cb: int) -> float:
+        """The largest FSDP units held unsharded in the compute dtype at once: the root
+        (embeddings, final norm, untied head) and the two layers in flight."""
+        a = self.arch
+        embed = a.vocab_size * a.hidden_size
+        root = embed * (1 if a.config.get("tie_word_embeddings") else 2)
+        layer = (a.num_parameters - root) / max(a.num_layers, 1)
+        return cb * (root + 2 * layer)
+
+    def _per_token_layer_bytes(self, cb: int) -> float:
+        """Activations one decoder layer saves for backward, per token: projections, rotary
+        q/k, attention output and the gated MLP in the compute dtype, RMSNorm's fp32 copies."""
+        a = self.arch
+        h, kv = a.hidden_size, 2 * a.num_key_value_heads * a.head_dim
+        inter = int(a.config["intermediate_size"])
+        return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
+
+    def _shape(self, mb: MicroBatch, lengths: list[int], responses: list[int]
+               ) -> tuple[int, int, int]:
+        rows = len(mb.indices)
+        width = max(lengths[i] for i in mb.indices)
+        window = max(responses[i] for i in mb.indices) + 1
+        return rows, width, window
+
+    def _logit_elements(self, rows: int, window: int) -> float:
+        return float(rows) * window * self.arch.vocab_size
+
+    def _forward_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int],
+                       cb: int) -> float:
+        """A forward without grad: one layer's transient, the attention mask, the logits in
+        the compute dtype, their fp32 copy and the log-softmax."""
+        rows, width, window = self._shape(mb, lengths, responses)
+        tokens = rows * width
+        a = self.arch
+        inter = int(a.config["intermediate_size"])
+        layer = tokens * (cb * (3 * inter + 4 * a.hidden_size))
+        mask = rows * width * width  # sdpa's boolean padding mask
+        logits = self._logit_elements(rows, window) * ((cb + 8) if cb < 4 else 8)
+        return layer + mask + logits
+
+    def _update_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int,
+                      checkpointing: bool) -> float:
+        """A forward + backward: saved activations (all layers', or their inputs plus one
+        layer recomputed), the mask, and the logits with their gradients."""
+        rows, width, window = self._shape(mb, lengths, responses)
+        tokens = rows * width
+        a = self.arch
+        per_layer = self._per_token_layer_bytes(cb) * tokens
+        if checkpointing:
+            saved = a.num_layers * cb * a.hidden_size * tokens + 2 * per_layer
+        else:
+            saved = a.num_layers * per_layer
+        mask = rows * width * width
+        logits = self._logit_elements(rows, window) * 12
+        return saved + mask + logits

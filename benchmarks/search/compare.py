@@ -1,0 +1,230 @@
+"""Compare search strategies offline on a recorded landscape (``ReplayExecutor``).
+
+usage: python -m benchmarks.search.compare LANDSCAPE.json [--seeds 20] [--out RESULT.json]
+                                           [--strategies grid,random,tpe,nsga2,ours]
+
+Every strategy runs the real ``StudyRunner`` loop against a ``ReplayExecutor`` (each
+trial answered with a recorded run of its config; a config's k-th run answers its k-th
+request), with a budget of as many trials as the landscape has configs:
+
+- ``grid``: Optuna's ``GridSampler`` over the searched values (its order shuffled by the seed);
+- ``random``, ``tpe``, ``nsga2``: Optuna's samplers as a user would set them up (TPE
+  multivariate, NSGA-II population 8), with no memory model and no early stopping;
+- ``ours``: the tuner as a job runs it: verl's defaults first, TPE, the memory model
+  (calibrated on the trials replayed so far) and the monotone feasibility structure
+  skipping proposals known not to fit, early stopping (``patience_trials``) and the
+  finalists' re-measurement, with the landscape job's budget settings.
+
+All of them share the loop's bookkeeping: a config is never run twice (its duplicates
+cost nothing) and invalid proposals are never run.
+
+Scores, per strategy, over the seeds (median and range): GPU-seconds (recorded trial
+wall time, start-up included, x GPUs; skipped proposals cost 0) until the best config
+run so far is within 97% of the landscape's best; the best found once 25% of the full
+grid's cost is spent (% of the landscape's best); and the winner each strategy picks at
+its end. Configs are scored by their true value, the median of the landscape's runs,
+whatever noisy run the strategy saw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from autotuner.memory import MemoryModel
+from autotuner.records import records
+from autotuner.replay import Landscape, ReplayExecutor, throughput
+from autotuner.space import SearchSpace
+from autotuner.spec import JobSpec
+from autotuner.study import StudyRunner, config_key
+from autotuner.summary import best
+
+STRATEGIES = ("grid", "random", "tpe", "nsga2", "ours")
+REACH = 0.97
+EARLY_COST = 0.25
+
+
+def true_values(landscape: Landscape) -> dict[str, float]:
+    """Each config's throughput: the median of its runs (a failed run counts as 0)."""
+    return {config_key(p.config): statistics.median(throughput(r) or 0.0 for r in p.runs)
+            for p in landscape.points}
+
+
+def grid_cost(landscape: Landscape) -> float:
+    """What running every config once costs (its first recorded run)."""
+    return sum(p.runs[0].wall_s * p.gpus for p in landscape.points)
+
+
+class _Grid(optuna.samplers.GridSampler):
+    """``GridSampler`` under ask/tell: its ``after_trial`` calls ``study.stop()`` once the
+    grid is done, which only works inside ``optimize``; the loop stops on its own budget."""
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        return None
+
+
+def _sampler(name: str, seed: int, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    if name == "grid":
+        return _Grid(dict(space.searched), seed=seed)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+
+
+@dataclass
+class Outcome:
+    """One strategy on one seed: its trajectory and its scores."""
+
+    strategy: str
+    seed: int
+    cost_s: float = 0.0
+    runs: int = 0
+    skipped: int = 0
+    reach_cost_s: float | None = None
+    best_at_early_cost_pct: float = 0.0
+    pick_pct: float | None = None
+    stop_reason: str = ""
+    trajectory: list[tuple[float, float]] = field(default_factory=list)  # (cost so far, best %)
+
+
+def run_strategy(landscape: Landscape, strategy: str, seed: int,
+                 values: dict[str, float] | None = None) -> Outcome:
+    """Run one strategy on the landscape with one seed (see the module docstring)."""
+    values = values if values is not None else true_values(landscape)
+    best_value = max(values.values())
+    ours = strategy == "ours"
+    data = landscape.spec.model_dump(mode="json") | {"seed": seed}
+    data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60}
+    if not ours:
+        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0}
+    spec = JobSpec.model_validate(data)
+    space = SearchSpace.build(spec, landscape.arch, landscape.device)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
+                                directions=[o.resolved_direction for o in spec.objectives],
+                                sampler=_sampler(strategy, seed, space))
+    executor = ReplayExecutor(landscape)
+    model = MemoryModel(spec, landscape.arch, landscape.device, landscape.memory_cap_gib) if ours else None
+    runner = StudyRunner(spec, study, space, executor, landscape.device, landscape.memory_cap_gib,
+                         memory_model=model, infer_feasibility=ours)
+    if ours:
+        runner.enqueue_baseline()
+    summary = runner.run()
+    out = Outcome(strategy, seed, stop_reason=summary.stop_reason)
+    best_so_far = 0.0
+    for _, point, _, cost in executor.history:
+        out.cost_s += cost
+        out.runs += 1
+        best_so_far = max(best_so_far, values[config_key(point.config)])
+        out.trajectory.append((out.cost_s, 100 * best_so_far / best_value))
+        if out.reach_cost_s is None and best_so_far >= REACH * best_value:
+            out.reach_cost_s = out.cost_s
+    early = EARLY_COST * grid_cost(landscape)
+    out.best_at_early_cost_pct = max((pct for cost, pct in out.trajectory if cost <= early), default=0.0)
+    recs = records(study)
+    out.skipped = sum(1 for r in recs if r.skipped)
+    pick = best(spec, recs)
+    out.pick_pct = None if pick is None else 100 * values[config_key(pick.config)] / best_value
+    return out
+
+
+def _median_range(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    return f"{statistics.median(xs):.0f} [{min(xs):.0f}-{max(xs):.0f}]"
+
+
+def aggregate(outcomes: list[Outcome]) -> dict[str, Any]:
+    reached = [o.reach_cost_s for o in outcomes if o.reach_cost_s is not None]
+    return {
+        "seeds": len(outcomes),
+        "reached_97pct": len(reached),
+        "gpu_s_to_97pct_median": statistics.median(reached) if reached else None,
+        "gpu_s_to_97pct": [o.reach_cost_s for o in outcomes],
+        "best_at_25pct_cost_pct_median": statistics.median(o.best_at_early_cost_pct for o in outcomes),
+        "best_at_25pct_cost_pct": [o.best_at_early_cost_pct for o in outcomes],
+        "pick_pct_median": statistics.median(o.pick_pct or 0.0 for o in outcomes),
+        "runs_median": statistics.median(o.runs for o in outcomes),
+        "skipped_median": statistics.median(o.skipped for o in outcomes),
+        "gpu_s_total_median": statistics.median(o.cost_s for o in outcomes),
+        "stop_reasons": sorted({o.stop_reason.split(":")[0] for o in outcomes}),
+    }
+
+
+def compare(landscape: Landscape, strategies: list[str], seeds: int,
+            progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+    values = true_values(landscape)
+    results: dict[str, Any] = {}
+    for strategy in strategies:
+        outcomes = [run_strategy(landscape, strategy, seed, values) for seed in range(seeds)]
+        results[strategy] = aggregate(outcomes)
+        progress(f"{strategy}: done ({seeds} seeds)")
+    feasible = sum(1 for v in values.values() if v > 0)
+    return {
+        "landscape": {"label": landscape.label, "command": landscape.command,
+                      "configs": len(landscape.points), "feasible_configs": feasible,
+                      "runs": sum(len(p.runs) for p in landscape.points),
+                      "best_throughput": max(values.values()),
+                      "grid_cost_s": grid_cost(landscape)},
+        "reach_fraction": REACH, "early_cost_fraction": EARLY_COST, "seeds": seeds,
+        "strategies": results,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    ls = result["landscape"]
+    lines = [
+        f"landscape: {ls['label']} ({ls['configs']} configs, {ls['feasible_configs']} feasible, "
+        f"best {ls['best_throughput']:.1f} tok/s/GPU, full grid {ls['grid_cost_s']:.0f} GPU-s); "
+        f"{result['seeds']} seeds, median [min-max]",
+        f"{'strategy':<8} {'GPU-s to 97% of best':>24} {'reached':>8} "
+        f"{'best @25% grid cost (%)':>24} {'final pick (%)':>15} {'runs':>5} {'skipped':>8} "
+        f"{'GPU-s total':>12}",
+    ]
+    for name, agg in result["strategies"].items():
+        reach = [x for x in agg["gpu_s_to_97pct"] if x is not None]
+        lines.append(
+            f"{name:<8} {_median_range(reach):>24} {agg['reached_97pct']:>4}/{agg['seeds']:<3} "
+            f"{_median_range(agg['best_at_25pct_cost_pct']):>24} {agg['pick_pct_median']:>15.1f} "
+            f"{agg['runs_median']:>5.0f} {agg['skipped_median']:>8.0f} {agg['gpu_s_total_median']:>12.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("landscape", type=Path)
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None, help="Write the result as JSON here.")
+    parser.add_argument("--strategies", default=",".join(STRATEGIES))
+    args = parser.parse_args(argv)
+    logging.getLogger("autotuner").setLevel(logging.WARNING)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    strategies = [s for s in args.strategies.split(",") if s]
+    unknown = sorted(set(strategies) - set(STRATEGIES))
+    if unknown:
+        parser.error(f"unknown strategies {unknown}; valid: {', '.join(STRATEGIES)}")
+    landscape = Landscape.load(args.landscape)
+    result = compare(landscape, strategies, args.seeds,
+                     progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result["command"] = "python -m benchmarks.search.compare " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    print(table(result))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""The search benchmark's harness on the recorded CPU landscape (seconds, not minutes)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import optuna
+import pytest
+
+from autotuner.replay import Landscape
+
+from .conftest import REPO
+
+if str(REPO) not in sys.path:  # benchmarks/ is a folder of scripts, not an installed package
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.search.compare import compare, grid_cost, main, run_strategy, true_values  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
+
+
+@pytest.fixture(scope="module")
+def landscape() -> Landscape:
+    return Landscape.load(LANDSCAPE)
+
+
+def test_grid_reaches_the_best_and_pays_the_whole_grid(landscape) -> None:
+    values = true_values(landscape)
+    out = run_strategy(landscape, "grid", seed=1, values=values)
+    assert out.runs == len(landscape.points) and out.skipped == 0
+    assert out.cost_s == pytest.approx(grid_cost(landscape))
+    assert out.trajectory[-1][1] == pytest.approx(100.0)
+    assert out.reach_cost_s is not None and out.reach_cost_s <= out.cost_s
+
+
+def test_ours_skips_what_cannot_fit_and_pays_less_than_the_grid(landscape) -> None:
+    values = true_values(landscape)
+    for seed in range(3):
+        out = run_strategy(landscape, "ours", seed=seed, values=values)
+        assert out.skipped > 0, out.stop_reason
+        assert out.cost_s < grid_cost(landscape)
+        assert out.pick_pct is not None and out.pick_pct > 80
+
+
+def test_compare_writes_a_table_and_json(landscape, tmp_path, capsys) -> None:
+    result = compare(landscape, ["random", "ours"], seeds=2)
+    assert set(result["strategies"]) == {"random", "ours"}
+    assert result["landscape"]["configs"] == 36 and result["landscape"]["label"].startswith("CPU")
+    out = tmp_path / "result.json"
+    assert main([str(LANDSCAPE), "--seeds", "1", "--strategies", "grid,tpe", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "GPU-s to 97% of best" in text and "\ngrid " in text and "\ntpe " in text
+    stored = json.loads(out.read_text())
+    assert stored["strategies"]["grid"]["reached_97pct"] == 1
+    assert stored["command"].startswith("python -m benchmarks.search.compare")
