@@ -1,0 +1,64 @@
+"""Where the winner is shown, its runs are: a job whose finalists were re-measured (trials
+replayed from the recorded CPU landscape into the job's own study), read through the
+page and the JSON API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from fastapi.testclient import TestClient
+
+from autotuner.api.app import create_app
+from autotuner.api.service import JobService
+from autotuner.jobs import JobContext
+from autotuner.memory import MemoryModel
+from autotuner.replay import Landscape, ReplayExecutor
+from autotuner.settings import Settings
+from autotuner.space import SearchSpace
+from autotuner.spec import JobSpec
+from autotuner.study import StudyRunner, open_study
+from autotuner.summary import runs_of, summarize
+
+REPO = Path(__file__).resolve().parents[2]
+LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path) -> None:
+    landscape = Landscape.load(LANDSCAPE)
+    data = landscape.spec.model_dump(mode="json")
+    data["budget"] |= {"max_trials": 8, "remeasure_finalists": 2, "remeasure_runs": 3,
+                       "patience_trials": 0}
+    spec = JobSpec.model_validate(data)
+    config = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'a.db'}")
+    app = create_app(config)
+    ctx = JobContext.open(config)
+    app.state.service = JobService(ctx)
+    job = ctx.submit(spec)
+    study = open_study(spec, job.study_name, config.resolved_database_url)
+    runner = StudyRunner(spec, study, SearchSpace.build(spec, landscape.arch, "cpu"),
+                         ReplayExecutor(landscape), "cpu", landscape.memory_cap_gib,
+                         memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0))
+    runner.enqueue_baseline()
+    result = runner.run()
+    summary = summarize(spec, result.records, result.stop_reason)
+    winner = runs_of(result.records)[summary.best]
+    assert winner.n == 3
+
+    client = TestClient(app)
+    shown = client.get(f"/v1/jobs/{job.id}").json()["best"]
+    assert shown["number"] == summary.best and shown["runs"]["runs"] == 3
+    assert shown["throughput_tokens_per_s_per_gpu"] == winner.median
+    assert shown["runs"]["spread_pct"] == winner.spread_pct
+    best = client.get(f"/v1/jobs/{job.id}/best").json()
+    assert best["number"] == summary.best and best["runs"]["median"] == winner.median
+    trials = client.get(f"/v1/jobs/{job.id}/trials").json()["data"]
+    assert sum(1 for t in trials if t["repeat_of"] == summary.best) == 2
+    assert all(t["predicted_memory_gib"] for t in trials if t["measured"])
+    exported = client.get(f"/v1/jobs/{job.id}/trials/{summary.best}/config").text
+    assert "median of 3 runs" in exported and f"spread {winner.spread_pct:.1f}%" in exported
+    page = client.get(f"/jobs/{job.id}").text
+    assert f"(median of 3 runs, spread {winner.spread_pct:.1f}%)" in page
+    assert f"re-run of #{summary.best}" in page and "predicted peak GiB" in page
+    assert "memory model" in page
