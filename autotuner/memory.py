@@ -8,6 +8,8 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   which takes ``gpu_memory_utilization * capacity`` (weights, activations, KV cache) and,
   with CUDA graphs, their pool outside that budget. vLLM refuses to start when that budget
   does not fit beside what the device holds already.
+- ``train_probe`` (``TrialSpec.train_probe``): the train sub-phases' largest micro-batches
+  run between the actor's build and the engine's start, with nothing else on the device.
 - ``rollout``: the same residents (the KV cache is allocated at start-up).
 - ``train``: the engine asleep (only its CUDA context and graph pool stay), and the
   largest of the three sub-phases over the micro-batches the rank runs (the lengths are
@@ -18,8 +20,9 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   activations of every layer, or only their inputs under gradient checkpointing, + the
   logits: ``micro-batch x response window x vocab`` in the compute dtype, its fp32 copy,
   the log-softmax and their gradients).
-- ``wake``: the next step's hand-over, the engine's full budget back beside the actor
-  (whose parameters come in for the weight sync under ``param_offload``).
+- ``wake``: the next step's hand-over: the engine's weights wake while the actor's process
+  still caches what training used, then its full budget is back beside the actor (whose
+  parameters come in for the weight sync under ``param_offload``).
 
 On a CPU 'device' (the trial's RSS over its own baseline, under a real allocation cap)
 the same terms apply without CUDA contexts or graphs; only the actor plus the engine's
@@ -29,8 +32,9 @@ checked.
 Calibration: the physics is a prior. Each job fits, per phase, ``measured = scale *
 physics + offset`` on its own measured trials (offset only, the median residual, until
 three trials span a range of predictions), so after a trial or two the model speaks for
-this device, engine version and allocator. A failed trial's last phase is not a
-measurement (it stopped early) and is not fitted.
+this device, engine version and allocator. The engine's own overhead differs between
+CUDA graphs and eager mode, so the engine's phases are fitted per mode once that mode has
+been measured. A phase a failure cut short is not a measurement and is not fitted.
 
 Use: ``MemoryModel.predict`` gives the calibrated ``MemoryPrediction``; the study skips
 a proposal whose checked phase exceeds the capacity by more than the job's margin
@@ -45,6 +49,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from autotuner.knobs import R
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
@@ -53,12 +58,16 @@ from trials.errors import TrialError
 from trials.types import TrialSpec
 
 GIB = float(1 << 30)
-PHASES = ("startup", "rollout", "train", "wake")
-# Where a failure in a trial phase (``trials.types.PHASES``) stops that sampled phase.
-FAILED_IN = {"startup": "startup", "rollout": "rollout", "engine_sleep": "rollout",
-             "old_log_prob": "train", "ref_log_prob": "train", "update_actor": "train",
-             "engine_wake": "wake"}
+PHASES = ("startup", "train_probe", "rollout", "train", "wake")
+# A sampled phase's peak is a measurement only once the phase finished: the metric a trial
+# writes when it has (``trials.runner``: its ``<event>_at_s`` marks). A phase cut short by a
+# failure measured a lower bound, and a start-up whose engine never started measured the
+# actor alone.
+FINISHED_BY = {"startup": "engine_ready_at_s", "train_probe": "train_probe_end_at_s",
+               "rollout": "rollout_makespan_s", "train": "train_end_at_s"}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+# Phases whose memory depends on the engine's mode (CUDA graphs or eager): fitted per mode.
+MODE_PHASES = ("startup", "rollout", "train", "wake")
 
 
 @dataclass(frozen=True)
@@ -127,27 +136,40 @@ class MemoryPrediction:
         return out
 
 
-def measured_phases(record: TrialRecord) -> dict[str, float]:
-    """The phase peaks a trial really measured: its failing phase (cut short) excluded;
-    ``actor``: the actor's resident memory when the engine started."""
-    return measured_phases_of(record.status, record.phase, record.metrics)
+def measured_phases(record: TrialRecord, engine: bool) -> dict[str, float]:
+    """The phase peaks a trial really measured (``engine``: the job's trials start a rollout
+    engine): phases a failure cut short excluded; ``actor``: the actor's resident memory
+    when the engine started; ``peak``: the trial's peak, when it completed."""
+    return measured_phases_of(record.status, record.metrics, engine)
 
 
-def measured_phases_of(status: str, phase: str | None, metrics: dict[str, float]
-                       ) -> dict[str, float]:
-    """``measured_phases`` from a result's status, failing phase and metrics."""
-    failed = FAILED_IN.get(phase or "") if status != "ok" else None
+def measured_phases_of(status: str, metrics: dict[str, float], engine: bool) -> dict[str, float]:
+    """``measured_phases`` from a result's status and metrics."""
     out = {}
     for name in PHASES:
         value = metrics.get(f"{name}_peak_memory_gib")
-        if value is not None and name != failed:
-            out[name] = float(value)
+        if value is None or (status != "ok" and not _finished(name, metrics, engine)):
+            continue
+        out[name] = float(value)
     actor = metrics.get("actor_resident_gib")
     if actor is not None:
         out["actor"] = float(actor)
     if status == "ok" and out:
         out["peak"] = max(v for k, v in out.items() if k in PHASES)
     return out
+
+
+def _mode_key(phase: str, config: dict) -> str:
+    """The calibration key of an engine phase in this config's engine mode (graphs, eager)."""
+    eager = bool(config.get(R + "enforce_eager", False))
+    return f"{phase}:{'eager' if eager else 'graphs'}"
+
+
+def _finished(phase: str, metrics: dict[str, float], engine: bool) -> bool:
+    if phase == "startup" and not engine:  # the actor's build is the whole start-up
+        return "actor_ready_at_s" in metrics
+    mark = FINISHED_BY.get(phase)
+    return mark is not None and mark in metrics
 
 
 def prediction_errors(predicted: dict[str, float], measured: dict[str, float]) -> dict[str, float]:
@@ -185,12 +207,13 @@ class MemoryModel:
     # ---------------------------------------------------------------- calibration
 
     def calibrate(self, records: Iterable[TrialRecord]) -> dict[str, Correction]:
-        """Fit the per-phase corrections on the measured trials (replacing earlier fits)."""
+        """Fit the corrections on the trials that ran (replacing earlier fits): one per phase,
+        and one per phase and engine mode for the phases the engine (or its graphs) is in."""
         pairs: dict[str, list[tuple[float, float]]] = {}
         for rec in records:
             if not rec.config or not rec.ran:
                 continue
-            measured = measured_phases(rec)
+            measured = measured_phases(rec, self.spec.workload.measures_rollout)
             if not measured:
                 continue
             prior = self.physics_of(rec.config)
@@ -198,10 +221,19 @@ class MemoryModel:
                 if phase == "peak":
                     continue
                 x = prior.components["actor_gib"] if phase == "actor" else prior.phases.get(phase)
-                if x is not None:
-                    pairs.setdefault(phase, []).append((x, value))
-        self.corrections = {phase: fit(p) for phase, p in pairs.items()}
+                if x is None:
+                    continue
+                pairs.setdefault(phase, []).append((x, value))
+                if phase in MODE_PHASES:
+                    pairs.setdefault(_mode_key(phase, rec.config), []).append((x, value))
+        self.corrections = {key: fit(p) for key, p in pairs.items()}
         return self.corrections
+
+    def errors(self, predicted: dict[str, float], status: str, metrics: dict[str, float]
+               ) -> dict[str, float]:
+        """Measured minus predicted (GiB) for each phase a finished trial measured."""
+        measured = measured_phases_of(status, metrics, self.spec.workload.measures_rollout)
+        return prediction_errors(predicted, measured)
 
     # ---------------------------------------------------------------- predictions
 
@@ -218,11 +250,11 @@ class MemoryModel:
     def predict(self, config: dict) -> MemoryPrediction:
         """The calibrated prediction for a config (flat, keyed by verl paths)."""
         prior = self.physics_of(config)
-        phases = {p: self._corrected(p, v) for p, v in prior.phases.items()}
+        phases = {p: self._corrected(p, v, config) for p, v in prior.phases.items()}
         checks = dict(phases) if self.device == "cuda" else {}
         if self.device != "cpu":
             return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
-        actor = self._corrected("actor", prior.components["actor_gib"])
+        actor = self._corrected("actor", prior.components["actor_gib"], config)
         if "engine_budget_gib" in prior.components:
             checks["startup"] = actor + prior.components["engine_budget_gib"]
         else:
@@ -231,8 +263,8 @@ class MemoryModel:
             checks["train"] = phases["train"]
         return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
 
-    def _corrected(self, phase: str, gib: float) -> float:
-        correction = self.corrections.get(phase)
+    def _corrected(self, phase: str, gib: float, config: dict) -> float:
+        correction = self.corrections.get(_mode_key(phase, config)) or self.corrections.get(phase)
         return correction.apply(gib) if correction is not None else gib
 
     # ---------------------------------------------------------------- physics
@@ -272,9 +304,16 @@ class MemoryModel:
             sub = self._train_sub_phases(trial, params, grads, optimizer)
             components.update({f"{name}_gib": v for name, v in sub.items()})
             phases["train"] = context + asleep + max(sub.values())
+            if rollout and trial.train_probe:  # the same micro-batches before the engine starts
+                phases["train_probe"] = context + max(sub.values())
             if rollout:
+                # The hand-over: the engine's weights wake while the actor's process still
+                # caches what training used; its parameters come in under param_offload;
+                # then the cache is emptied and the KV cache wakes (the start-up's level).
                 reload = params if t.param_offload else 0.0
-                phases["wake"] = phases["startup"] + reload
+                tp = max(r.tensor_model_parallel_size, 1)
+                weights = self._compute_bytes(trial) * a.num_parameters / tp / GIB
+                phases["wake"] = max(phases["startup"] + reload, phases["train"] + reload + weights)
         return MemoryPrediction(phases, {}, self.capacity_gib, components)
 
     def _train_sub_phases(self, trial: TrialSpec, params: float, grads: float,

@@ -43,7 +43,7 @@ from optuna.trial import TrialState
 from autotuner.executor import Executor, Resources
 from autotuner.feasibility import Feasibility
 from autotuner.knobs import R
-from autotuner.memory import MemoryModel, measured_phases_of, prediction_errors
+from autotuner.memory import MemoryModel
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
 from autotuner.samplers import make_sampler
 from autotuner.space import SearchSpace
@@ -407,9 +407,9 @@ class StudyRunner:
             self.study.tell(trial, state=TrialState.FAIL)
             self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
             return None
-        if pending.predicted:
-            measured = measured_phases_of(result.status, result.phase, result.metrics)
-            trial.set_user_attr("memory_error_gib", prediction_errors(pending.predicted, measured))
+        if pending.predicted and self.memory_model is not None:
+            trial.set_user_attr("memory_error_gib", self.memory_model.errors(
+                pending.predicted, result.status, result.metrics))
         values = self._objective_values(result) if result.ok else None
         if result.ok and values is None:
             trial.set_user_attr("status", "error")
