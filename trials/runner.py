@@ -197,6 +197,10 @@ class _Trial:
 
         with self.sampled("train_probe"), device_memory_cap(self.spec.device, self.train_cap_gib(False)):
             self.metrics["train_probe_s"] = probe_train(self.spec, self.dtype, self.actor)
+        # What the actor holds when the engine starts, after the probe (compare with
+        # actor_resident_gib: allocator blocks the probe left pinned show up here).
+        self.metrics["train_probe_resident_gib"] = self.actor.resident_gib()
+        self.metrics["train_probe_allocated_gib"] = self.actor.allocated_gib()
         self.mark("train_probe_end")
 
     def check_gpus_clean(self) -> None:

@@ -184,11 +184,13 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
         state.model.eval()
         state.load_params()
         _forward(setup, state.model, _largest(setup, plans["old_log_prob"]))
+        _reshard(state.model)
         state.offload_params()
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             state.load_ref()
             _forward(setup, state.ref, _largest(setup, plans["ref_log_prob"]))
+            _reshard(state.ref)
             state.offload_ref()
     with in_phase("update_actor"):
         state.model.train()
@@ -202,6 +204,14 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     seconds = time.perf_counter() - t0
     release(state.device)
     return seconds
+
+
+def _reshard(model: torch.nn.Module) -> None:
+    """Free FSDP2's unsharded parameters a forward without backward leaves behind (the
+    root module's, which FSDP keeps after forward for the backward that never comes)."""
+    reshard = getattr(model, "reshard", None)
+    if callable(reshard):
+        reshard()
 
 
 def run_train(

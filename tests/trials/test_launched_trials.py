@@ -56,6 +56,8 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["actor_ready_at_s"] < m["train_probe_end_at_s"] <= m["engine_start_at_s"]
     assert m["engine_start_at_s"] < m["engine_ready_at_s"]
     assert m["train_probe_s"] > 0 and m["train_probe_peak_memory_gib"] > 0
+    # The probe leaves the actor as it found it (AdamW's state was there already).
+    assert m["train_probe_allocated_gib"] == pytest.approx(m["actor_allocated_gib"], rel=0.02)
     assert m["engine_ready_at_s"] < m["train_start_at_s"] < m["train_end_at_s"]
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
     assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
