@@ -47,7 +47,9 @@ class RolloutBackend(abc.ABC):
     Errors: ``start`` lets the engine's own exceptions through (the runner classifies
     them as ``oom`` or ``error`` from their text and the captured log); ``generate``
     does not check lengths itself, the caller compares ``generated_tokens`` with what
-    it asked for.
+    it asked for. An engine process that dies between ``start`` and ``shutdown`` must
+    not leave the caller blocked: the backend raises ``trials.errors.EngineDied`` in the
+    caller's (main) thread, e.g. with ``trials.rollout.watch.EngineWatch``.
     """
 
     name: str = ""

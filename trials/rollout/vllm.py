@@ -20,6 +20,10 @@ engine's lifetime.
 
 On a GPU larger than ``device_memory_cap_gib`` (emulating a smaller card), the
 fraction is scaled by ``cap / capacity`` so the engine takes what it would take there.
+
+From ``start`` to ``shutdown`` an ``EngineWatch`` polls vLLM's engine processes: one that
+dies (killed, crashed) raises ``EngineDied`` in the main thread, where ``LLM.generate``
+would otherwise wait for ever.
 """
 
 from __future__ import annotations
