@@ -224,3 +224,18 @@ def test_a_gpu_memory_utilization_that_cannot_fit_beside_the_actor_is_oom_at_sta
     )
     assert result.metrics["actor_resident_gib"] > 0
     assert "less than desired GPU memory utilization" in (result.error_message + result.log_tail)
+
+
+@pytest.mark.engine
+def test_the_train_probe_leaves_the_engine_the_memory_an_offloaded_actor_frees():
+    """After the probe, an offloaded actor holds (almost) nothing, reserved included: the
+    math libraries' workspaces must not pin segments the probe's temporaries freed."""
+    _needs_vllm()
+    spec = qwen_spec("probe-residue", phases=["rollout", "train"], train_probe=True)
+    spec.train.param_offload = spec.train.optimizer_offload = True
+    spec.rollout.gpu_memory_utilization = 0.3
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m = result.metrics
+    assert m["train_probe_allocated_gib"] < 0.5
+    assert m["train_probe_resident_gib"] - m["train_probe_allocated_gib"] < 1.0, m
