@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The trial tests' helper modules (trial_watch: process watchers) serve these tests too.
+if str(REPO / "tests" / "trials") not in sys.path:
+    sys.path.append(str(REPO / "tests" / "trials"))
 
 
 @pytest.fixture(scope="module")

@@ -3,6 +3,8 @@ unchanged, in any state, on SQLite and on PostgreSQL; a non-empty destination is
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -18,7 +20,7 @@ def _source(url: str) -> None:
     database = Database(url)
     database.upgrade()
     store = JobStore(database)
-    done, _queued, running = (store.create(n, '{"name": "%s"}' % n, 3) for n in ("a", "b", "c"))
+    done, _queued, running = (store.create(n, json.dumps({"name": n}), 3) for n in ("a", "b", "c"))
     store.claim(done.id, "host:1")
     store.update_progress(done.id, 2, result_json='{"best": 1}')
     store.finish(done.id, "failed", stop_reason="circuit breaker: x", error="x")

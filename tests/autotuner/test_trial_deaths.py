@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
+from trial_watch import Poller  # tests/trials, on sys.path through tests/autotuner/conftest
 
 from autotuner.jobs import JobContext, execute, runner_id
 from autotuner.knobs import A, R
@@ -40,34 +41,24 @@ WORKLOAD = {"model": "tiny", "dtype": "float32",
             "use_kl_loss": False}
 
 
-class TrialProcesses:
+class TrialProcesses(Poller):
     """Finds each trial's ``python -m trials run`` leader by its work directory and records
     every process seen in its session (so one that left the session is still known)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.leaders: dict[str, int] = {}
         self.seen: dict[str, set[int]] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> TrialProcesses:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            for proc in psutil.process_iter(["pid", "cmdline"]):
-                cmd = proc.info["cmdline"] or []
-                if cmd[1:4] != ["-m", "trials", "run"] or "--spec" not in cmd:
-                    continue
-                folder = Path(cmd[cmd.index("--spec") + 1]).parent.name  # trial-<id>-xxxx
-                self.leaders.setdefault(folder.removeprefix("trial-").rsplit("-", 1)[0], proc.pid)
-            for trial_id, sid in list(self.leaders.items()):
-                self.seen.setdefault(trial_id, set()).update(session_processes(sid))
+    def poll(self) -> None:
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            cmd = proc.info["cmdline"] or []
+            if cmd[1:4] != ["-m", "trials", "run"] or "--spec" not in cmd:
+                continue
+            folder = Path(cmd[cmd.index("--spec") + 1]).parent.name  # trial-<id>-xxxx
+            self.leaders.setdefault(folder.removeprefix("trial-").rsplit("-", 1)[0], proc.pid)
+        for trial_id, sid in list(self.leaders.items()):
+            self.seen.setdefault(trial_id, set()).update(session_processes(sid))
 
     def leader(self, trial_id: str, timeout_s: float = 120) -> psutil.Process:
         deadline = time.monotonic() + timeout_s

@@ -8,15 +8,16 @@ import threading
 from trials.launcher import session_processes
 
 
-class TrialSessions:
-    """Records the sessions led by children of this process while the block runs."""
+class Poller:
+    """Calls ``poll`` every ``interval_s`` in a thread while the ``with`` block runs."""
+
+    interval_s = 0.05
 
     def __init__(self) -> None:
-        self.sids: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> TrialSessions:
+    def __enter__(self):  # noqa: ANN204 (returns the subclass)
         self._thread.start()
         return self
 
@@ -25,18 +26,32 @@ class TrialSessions:
         self._thread.join()
 
     def _run(self) -> None:
-        me = os.getpid()
-        while not self._stop.wait(0.05):
-            for entry in os.listdir("/proc"):
-                if not entry.isdigit():
-                    continue
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[1]) == me and int(fields[3]) == int(entry):
-                    self.sids.add(int(entry))
+        while not self._stop.wait(self.interval_s):
+            self.poll()
+
+    def poll(self) -> None:
+        raise NotImplementedError
+
+
+class TrialSessions(Poller):
+    """Records the sessions led by children of this process while the block runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sids: set[int] = set()
+        self._me = os.getpid()
+
+    def poll(self) -> None:
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self._me and int(fields[3]) == int(entry):
+                self.sids.add(int(entry))
 
     def leftovers(self) -> list[int]:
         """Live processes still in any recorded session."""
