@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from trials.failures import OOM, match_text
@@ -195,21 +196,23 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def session_processes(sid: int) -> list[int]:
-    """Live (non-zombie) processes in session ``sid``, from /proc."""
-    pids = []
+def proc_stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/<pid>/stat after the command name) of every process:
+    ``[0]`` its state, ``[1]`` its parent, ``[3]`` its session."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
+                yield int(entry), f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        state, session = fields[0], int(fields[3])
-        if session == sid and state not in ("Z", "X"):
-            pids.append(int(entry))
-    return pids
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (non-zombie) processes in session ``sid``, from /proc."""
+    return [pid for pid, fields in proc_stats()
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X")]
 
 
 def _signal_session(sid: int, sig: signal.Signals) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 
-from trials.launcher import session_processes
+from trials.launcher import proc_stats, session_processes
 
 
 class Poller:
@@ -42,16 +42,9 @@ class TrialSessions(Poller):
         self._me = os.getpid()
 
     def poll(self) -> None:
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self._me and int(fields[3]) == int(entry):
-                self.sids.add(int(entry))
+        for pid, fields in proc_stats():
+            if int(fields[1]) == self._me and int(fields[3]) == pid:
+                self.sids.add(pid)
 
     def leftovers(self) -> list[int]:
         """Live processes still in any recorded session."""
