@@ -38,3 +38,7 @@ class JobBusyError(AutotunerError):
 
 class ExportError(AutotunerError):
     """Raised when a config cannot be exported: it names a key the exporter does not know."""
+
+
+class RayUnavailableError(AutotunerError):
+    """Raised when the Ray cluster named by AUTOTUNER_RAY_ADDRESS cannot be joined."""

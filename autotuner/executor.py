@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import ray
 
+from autotuner.errors import RayUnavailableError
 from trials.launcher import launch_trial
 from trials.types import TrialResult, TrialSpec
 
@@ -67,7 +68,14 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
                               "configure_logging": False}
     if address:
-        ray.init(address=address, **kwargs)
+        try:
+            ray.init(address=address, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise RayUnavailableError(
+                f"cannot join the Ray cluster at {address!r} (AUTOTUNER_RAY_ADDRESS): {exc}. "
+                "Run this on a node of a running cluster (`ray start --address=HEAD:PORT`) with "
+                "AUTOTUNER_RAY_ADDRESS=auto or HEAD:PORT, or unset it to use a local Ray."
+            ) from None
     else:
         ray.init(address="local", num_cpus=num_cpus, **kwargs)
 
