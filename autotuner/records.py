@@ -20,6 +20,7 @@ from trials.types import TrialResult
 #   duplicate    same config as an earlier trial; that trial's outcome is reused, not re-run
 #   interrupted  was running when the tuner process died; marked failed on resume
 #   running      in flight now
+#   queued       enqueued (a baseline, a retry) and not started yet
 #   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
 #   predicted_oom  the memory model predicts it does not fit by a clear margin; never run
 #   inferred_oom   at least as large in every memory knob as a measured OOM; never run
@@ -97,7 +98,8 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
     a = trial.user_attrs
     status = a.get("status")
     if status is None:
-        status = "running" if trial.state == TrialState.RUNNING else "interrupted"
+        status = {TrialState.RUNNING: "running", TrialState.WAITING: "queued"}.get(
+            trial.state, "interrupted")
     return TrialRecord(
         number=trial.number,
         status=status,

@@ -21,7 +21,7 @@ from storage import JobRecord, JobStatus
 T = TypeVar("T")
 
 TrialStatus = Literal["ok", "oom", "error", "timeout", "invalid", "duplicate", "interrupted",
-                      "running", "infra_error", "predicted_oom", "inferred_oom"]
+                      "running", "queued", "infra_error", "predicted_oom", "inferred_oom"]
 
 
 class JobCreate(JobSpec):
