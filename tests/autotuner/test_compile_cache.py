@@ -46,6 +46,8 @@ def test_every_trial_process_gets_the_same_compile_cache_dirs(tmp_path, monkeypa
 
 
 def test_a_cache_dir_the_environment_already_sets_is_left_alone(tmp_path, monkeypatch) -> None:
+    for name in CACHE_VARS:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("VLLM_CACHE_ROOT", "/somewhere/else")
     env = Settings(data_dir=tmp_path).trial_env()
     assert "VLLM_CACHE_ROOT" not in env and "TORCHINDUCTOR_CACHE_DIR" in env

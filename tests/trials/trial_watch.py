@@ -34,17 +34,21 @@ class Poller:
 
 
 class TrialSessions(Poller):
-    """Records the sessions led by children of this process while the block runs."""
+    """Records the sessions led by children of this process that start while the block runs
+    (not the ones an earlier test's long-lived helper, e.g. a server, already leads)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sids: set[int] = set()
         self._me = os.getpid()
+        self._before = set(self._leaders())
+
+    def _leaders(self) -> list[int]:
+        return [pid for pid, fields in proc_stats()
+                if int(fields[1]) == self._me and int(fields[3]) == pid]
 
     def poll(self) -> None:
-        for pid, fields in proc_stats():
-            if int(fields[1]) == self._me and int(fields[3]) == pid:
-                self.sids.add(pid)
+        self.sids.update(pid for pid in self._leaders() if pid not in self._before)
 
     def leftovers(self) -> list[int]:
         """Live processes still in any recorded session."""
