@@ -132,7 +132,7 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
         study = open_study(spec, job.study_name, settings.resolved_database_url)
-        interrupted = recover_interrupted(study)
+        interrupted = recover_interrupted(study, space)
         if interrupted:
             log.warning("job %s: trials %s were running when the tuner stopped; marked failed",
                         job_id, interrupted)

@@ -93,10 +93,16 @@ def open_study(spec: JobSpec, study_name: str, storage_url: str) -> optuna.Study
     )
 
 
-def recover_interrupted(study: optuna.Study) -> list[int]:
-    """Mark trials a dead process left RUNNING as failed ``interrupted``; return their numbers."""
+def recover_interrupted(study: optuna.Study, space: SearchSpace | None = None) -> list[int]:
+    """Mark trials a dead process left RUNNING as failed ``interrupted``; return their numbers.
+
+    A trial can die between its proposal and the write of its config (the database went
+    away in between); with ``space`` its config is rebuilt from its params, so the record
+    says what was interrupted (and what its retry runs)."""
     numbers = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if space is not None and t.params and "config" not in t.user_attrs:
+            study._storage.set_trial_user_attr(t._trial_id, "config", space.full_config(dict(t.params)))
         study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
         study.tell(t.number, state=TrialState.FAIL)
         numbers.append(t.number)

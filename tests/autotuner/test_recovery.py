@@ -65,6 +65,33 @@ def test_an_interrupted_trial_runs_again_exactly_once(tmp_path) -> None:
     assert TrialState.WAITING not in states and TrialState.RUNNING not in states
 
 
+def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_params(
+    tmp_path,
+) -> None:
+    from autotuner.jobs import build_space
+    from autotuner.space import SearchSpace
+
+    spec = parse_job_spec({
+        "name": "cut-off",
+        "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
+                     "prompt_length": {"kind": "fixed", "value": 16},
+                     "response_length": {"kind": "fixed", "value": 16},
+                     "max_prompt_length": 16, "max_response_length": 16,
+                     "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
+        "cluster": {"device": "cpu", "device_memory_gib": 2},
+        "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False},
+    })
+    space: SearchSpace = build_space(spec, "cpu", Settings(data_dir=tmp_path))
+    study = _study(tmp_path)
+    trial = study.ask()
+    params = {path: trial.suggest_categorical(path, values) for path, values in space.searched.items()}
+    # the database went away here: no config attribute was written
+    assert recover_interrupted(study, space) == [trial.number]
+    [record] = records(study)
+    assert record.status == "interrupted"
+    assert record.config == space.full_config(params) and record.config
+
+
 def test_the_breaker_counts_identical_errors_in_a_row() -> None:
     from autotuner.records import TrialRecord
 
