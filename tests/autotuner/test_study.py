@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -90,6 +92,18 @@ def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local) ->
     assert "exhausted" in summary.stop_reason
 
 
+def _study_name(db) -> str | None:
+    """The first study's name in the SQLite file ``db``, read-only; None before it exists."""
+    if not db.exists():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as c:
+            row = c.execute("SELECT study_name FROM studies ORDER BY study_id LIMIT 1").fetchone()
+    except sqlite3.Error:  # no tables yet, or locked for a moment
+        return None
+    return row[0] if row else None
+
+
 def _measured(url: str, study_name: str) -> list:
     try:
         study = optuna.load_study(study_name=study_name, storage=url)
@@ -112,23 +126,26 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_
         "budget": {"max_trials": 4, "trial_timeout_s": 120},
         "sampler": "random",
     })
-    url = f"sqlite:///{tmp_path / 'data' / 'autotuner.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "tune", str(job),
-                             "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
-                            start_new_session=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    db = tmp_path / "data" / "autotuner.db"
+    url = f"sqlite:///{db}"
+    log = tmp_path / "tune.log"
+    with open(log, "w") as out:  # a file, not a pipe nobody reads while it runs
+        proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "tune", str(job),
+                                 "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
+                                start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
     study_name = None
     deadline = time.monotonic() + 300
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             time.sleep(1)
             if study_name is None:
-                names = optuna.get_all_study_names(url) if (tmp_path / "data").exists() else []
-                study_name = names[0] if names else None
+                # Read-only: Optuna's storage would create its tables here, racing the tuner's.
+                study_name = _study_name(db)
                 continue
             if len(_measured(url, study_name)) >= 2:
                 break
-        assert study_name is not None, "the tuner never created its study"
+        assert proc.poll() is None, f"the tuner exited early:\n{log.read_text()}"
+        assert study_name is not None, f"the tuner never created its study:\n{log.read_text()}"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
