@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from trials.distributed import free_port
 from trials.launcher import session_processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,12 +56,6 @@ def train_job(**changes: Any) -> dict[str, Any]:
         else:
             job[key] = value
     return job
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

@@ -8,10 +8,11 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from trials.distributed import free_port
 
 BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
@@ -24,18 +25,12 @@ def binaries() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrivatePostgres:
     """``initdb`` in a fresh directory, then ``start``/``stop``/``restart`` on a free port."""
 
     def __init__(self, bin_dir: Path) -> None:
         self.bin_dir = bin_dir
-        self.port = _free_port()
+        self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="autotuner-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"

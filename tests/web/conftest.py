@@ -8,7 +8,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from trials.distributed import free_port
 from trials.launcher import session_processes
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,18 +41,12 @@ E2E_JOB: dict[str, Any] = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class Server:
     """`autotuner serve` in a process session of its own, so that stopping it leaves nothing."""
 
     def __init__(self, data_dir: Path, log_path: Path) -> None:
         self.log_path = log_path
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
         self.env.update(AUTOTUNER_DATA_DIR=str(data_dir), AUTOTUNER_RAY_NUM_CPUS="2")
