@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -76,8 +75,7 @@ def run_trial(
 ) -> TrialResult:
     """Run ``spec`` here; ``on_progress(result)`` hears each phase entry (``result.phase``)."""
     start = time.perf_counter()
-    result = TrialResult(trial_id=spec.trial_id, status="ok", hostname=hostname(),
-                         started_at=time.time(), visible_gpus=os.environ.get("CUDA_VISIBLE_DEVICES"))
+    result = TrialResult(trial_id=spec.trial_id, status="ok", hostname=hostname())
 
     def entered(phase: str) -> None:
         if phase == result.phase:  # e.g. the engine's start-up after the actor's

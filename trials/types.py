@@ -163,8 +163,9 @@ class TrialResult:
     phase_timings_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     log_tail: str = ""
-    # When the trial process began (Unix time) and the GPUs it was given
-    # (CUDA_VISIBLE_DEVICES, as Ray or the caller set it; None: not set).
+    # Set by the launcher: when the trial's process started (Unix time; it lived
+    # [started_at, started_at + wall_s]) and the GPUs it was given (CUDA_VISIBLE_DEVICES,
+    # as Ray or the caller set it; None: not set).
     started_at: float = 0.0
     visible_gpus: str | None = None
 
