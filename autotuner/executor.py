@@ -33,6 +33,15 @@ class _InFlight:
     deadline: float
 
 
+@dataclass(frozen=True)
+class GpuCapacity:
+    """The GPUs trials can be given: in all, and on the largest node (a trial's GPUs are on
+    one node)."""
+
+    total: float
+    largest_node: float
+
+
 @dataclass
 class Resources:
     """What one trial reserves in Ray."""
@@ -94,6 +103,12 @@ class RayExecutor:
     trial_python: str | None = None
     trial_env: dict[str, str] = field(default_factory=dict)
     in_flight: dict[str, _InFlight] = field(default_factory=dict)
+
+    def gpu_capacity(self) -> GpuCapacity:
+        """The GPUs of the Ray cluster's live nodes, as Ray counts them."""
+        per_node = [float(node.get("Resources", {}).get("GPU", 0.0))
+                    for node in ray.nodes() if node.get("Alive")]
+        return GpuCapacity(total=sum(per_node), largest_node=max(per_node, default=0.0))
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
         remote = ray.remote(launch_trial).options(

@@ -47,6 +47,8 @@ class TrialRecord:
     wall_s: float = 0.0
     repeat_of: int | None = None
     inferred_from: int | None = None
+    # GPUs the trial reserved (CUDA; 0: not recorded, e.g. a CPU trial or an older study).
+    gpus: int = 0
     # The memory model's prediction made before the trial ran (GiB per phase, and "peak"),
     # and measured minus predicted for the phases the trial measured.
     predicted_memory_gib: dict[str, float] = field(default_factory=dict)
@@ -116,6 +118,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         wall_s=float(a.get("wall_s") or 0.0),
         repeat_of=a.get("repeat_of"),
         inferred_from=a.get("inferred_from"),
+        gpus=int(a.get("gpus") or 0),
         predicted_memory_gib=a.get("predicted_memory_gib") or {},
         memory_error_gib=a.get("memory_error_gib") or {},
     )

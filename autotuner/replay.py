@@ -10,8 +10,8 @@ offline across samplers and seeds on recorded measurements. Replayed results say
 their ``hostname`` is ``replay:<recording host>``.
 
 A trial's cost is its recorded ``wall_s`` (interpreter and engine start-up included)
-times the GPUs it reserves (``tensor_model_parallel_size``; a CPU trial counts as one
-device): ``ReplayExecutor.cost_s`` adds it up, in the order trials were submitted.
+times the GPUs it reserved (``LandscapePoint.gpus``: its ranks, else its
+``tensor_model_parallel_size``; a CPU trial counts as one device): ``ReplayExecutor.cost_s`` adds it up, in the order trials were submitted.
 
 Threading: one executor is driven by one thread (the study loop).
 """
@@ -49,7 +49,10 @@ class LandscapePoint:
 
     @property
     def gpus(self) -> int:
-        return int(self.config.get(R + "tensor_model_parallel_size", 1))
+        """GPUs a run reserved: its ranks (recorded by a trial over several GPUs), else its
+        TP size."""
+        ranks = max((run.metrics.get("trial_ranks", 0.0) for run in self.runs), default=0.0)
+        return int(ranks) or int(self.config.get(R + "tensor_model_parallel_size", 1))
 
 
 @dataclass

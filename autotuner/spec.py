@@ -310,9 +310,27 @@ class Cluster(_Model):
         "enforced on each trial (default 8).",
     )
 
+    trial_scope: Literal["replica", "world"] = Field(
+        default="replica",
+        description="What one trial runs. replica: one rollout replica on TP GPUs, one actor rank "
+        "per GPU, each rank's share of the world emulated (collectives not timed); trials of "
+        "different configs run side by side. world: the whole world on n_gpus_per_node GPUs of "
+        "one node, the actor sharded over a real process group (collectives timed) and every "
+        "replica serving its share (needs nnodes 1).",
+    )
+
     @property
     def world_size(self) -> int:
         return self.n_gpus_per_node * self.nnodes
+
+    @model_validator(mode="after")
+    def _scope_fits_a_node(self) -> Cluster:
+        if self.trial_scope == "world" and self.nnodes > 1:
+            raise ValueError(
+                f"trial_scope 'world' runs the whole world in one trial on one node, but nnodes="
+                f"{self.nnodes}; use trial_scope 'replica' for a multi-node world"
+            )
+        return self
 
 
 # --------------------------------------------------------------------------- search

@@ -15,6 +15,10 @@ Outcome mapping (Optuna samplers ignore FAIL trials and would propose them again
   ``inferred_oom``; one the memory model predicts to exceed the device by more than the
   job's margin (and no measured success at least as large vouches for): ``predicted_oom``.
   Both are COMPLETE with constraint > 0 like an OOM, never run, and cost nothing.
+GPU admission: on CUDA a trial reserves ``trial_gpus`` GPUs (its replica's TP group, or
+the world: ``cluster.trial_scope``); the loop dispatches it only when the Ray cluster's GPUs
+less this job's trials in flight can hold it (first in, first out), so a trial never waits
+in Ray's queue with its deadline running; a trial larger than every node is ``invalid``.
 On resume, trials left RUNNING by a dead process are marked ``interrupted`` (FAIL);
 finished trials count against the budget and are not repeated.
 
@@ -40,9 +44,8 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.executor import Executor, Resources
+from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
-from autotuner.knobs import R
 from autotuner.memory import MemoryModel
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
 from autotuner.samplers import make_sampler
@@ -50,8 +53,8 @@ from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.stopping import Patience
 from autotuner.summary import front
-from autotuner.trialspec import build_trial_spec
-from trials.types import TrialResult
+from autotuner.trialspec import build_trial_spec, trial_gpus
+from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +134,9 @@ class _Pending:
     config: dict[str, Any]
     predicted: dict[str, float] = field(default_factory=dict)
     repeat_of: int | None = None
+    spec: TrialSpec | None = None
+    gpus: int = 0  # reserved while it runs (CUDA)
+    dispatched: bool = False  # handed to the executor (else waiting for GPUs)
 
 
 @dataclass
@@ -156,6 +162,7 @@ class StudyRunner:
     _feasibility: Feasibility = field(default_factory=Feasibility)
     _patience: Patience | None = None
     _measured: int = 0
+    _gpus: GpuCapacity | None = None
 
     def __post_init__(self) -> None:
         settings = self.spec.memory_model
@@ -220,6 +227,7 @@ class StudyRunner:
     def run(self) -> RunSummary:
         budget = self.spec.budget
         self._load_known()
+        self._gpus = self._gpu_capacity()
         deadline = time.monotonic() + budget.max_minutes * 60
         stop_reason = self._search(deadline)
         if stop_reason.startswith(("reached max_trials", "search space exhausted", "stopped early")):
@@ -240,6 +248,7 @@ class StudyRunner:
             patience_out = self._patience is not None and self._patience.exhausted
             can_launch = (launched < budget.max_trials and time.monotonic() < deadline
                           and len(self._pending) < budget.max_concurrent_trials
+                          and not self._waiting_for_gpus()
                           and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW and not patience_out)
             if can_launch:
                 ran = self._launch_one()
@@ -264,15 +273,52 @@ class StudyRunner:
         for result in self.executor.wait(timeout_s=1.0):
             breaker.saw(result, self._finish(result) is None)
         if breaker.tripped:
-            for result in self.executor.cancel_all():
-                self._finish(result)
+            self._cancel_all()
             return breaker.reason()
+        self._dispatch()
         return ""
 
     def _cancel(self) -> str:
+        self._cancel_all()
+        return CANCELLED
+
+    def _cancel_all(self) -> None:
+        """Stop the trials in flight and drop those waiting for GPUs, telling each."""
         for result in self.executor.cancel_all():
             self._finish(result)
-        return CANCELLED
+        for tid in [t for t, p in self._pending.items() if not p.dispatched]:
+            self._finish(TrialResult(tid, "error", error_type="Cancelled",
+                                     error_message="the job stopped before this trial got its GPUs"))
+
+    # ------------------------------------------------------------------ GPU admission
+
+    def _gpu_capacity(self) -> GpuCapacity | None:
+        if self.device != "cuda":
+            return None
+        probe = getattr(self.executor, "gpu_capacity", None)
+        return probe() if callable(probe) else None
+
+    def _gpus_free(self) -> float:
+        if self._gpus is None:
+            return math.inf
+        return self._gpus.total - sum(p.gpus for p in self._pending.values() if p.dispatched)
+
+    def _waiting_for_gpus(self) -> bool:
+        return any(not p.dispatched for p in self._pending.values())
+
+    def _dispatch(self) -> None:
+        """Hand waiting trials to the executor, oldest first, while the GPUs can hold them."""
+        for tid, pending in self._pending.items():
+            if pending.dispatched:
+                continue
+            if pending.gpus > self._gpus_free():
+                return
+            assert pending.spec is not None
+            resources = (Resources(num_cpus=1, num_gpus=pending.gpus) if self.device == "cuda"
+                         else Resources(num_cpus=self.cpus_per_trial))
+            self.executor.submit(pending.spec, resources, self.spec.budget.trial_timeout_s)
+            pending.dispatched = True
+            self.hooks.on_start(pending.trial.number, tid)
 
     def _launch_one(self) -> bool:
         """Ask for one proposal; run it if it is valid, new and not known not to fit. True
@@ -290,8 +336,7 @@ class StudyRunner:
         predicted = self._screen(trial, config)
         if predicted is None:
             return False
-        self._submit(trial, config, predicted)
-        return True
+        return self._submit(trial, config, predicted)
 
     def _screen(self, trial: optuna.Trial, config: dict[str, Any]) -> dict[str, float] | None:
         """The memory prediction to record, or None when the proposal was skipped as known
@@ -318,20 +363,27 @@ class StudyRunner:
         return predicted
 
     def _submit(self, trial: optuna.Trial, config: dict[str, Any], predicted: dict[str, float],
-                repeat_of: int | None = None) -> None:
+                repeat_of: int | None = None) -> bool:
+        """Run ``config`` as soon as its GPUs are free; False when no node can hold it."""
         trial_id = f"{self.study.study_name}-{trial.number}"
+        gpus = trial_gpus(self.spec, config) if self.device == "cuda" else 0
+        if self._gpus is not None and gpus > self._gpus.largest_node:
+            self._tell_unrun(trial, config, "invalid", (
+                f"needs {gpus} GPUs on one node but the Ray cluster's largest node has "
+                f"{self._gpus.largest_node}; lower tensor_model_parallel_size (search), use "
+                "cluster.trial_scope 'replica', or add GPUs"))
+            return False
         trial_spec = build_trial_spec(self.spec, self.space.arch, config, trial_id, self.device,
                                       self.memory_cap_gib)
-        tp = int(config.get(R + "tensor_model_parallel_size", 1))
-        resources = (Resources(num_cpus=1, num_gpus=tp) if self.device == "cuda"
-                     else Resources(num_cpus=self.cpus_per_trial))
         trial.set_user_attr("config", config)
         trial.set_user_attr("trial_id", trial_id)
+        if gpus:
+            trial.set_user_attr("gpus", gpus)
         if predicted:
             trial.set_user_attr("predicted_memory_gib", predicted)
-        self.executor.submit(trial_spec, resources, self.spec.budget.trial_timeout_s)
-        self._pending[trial_id] = _Pending(trial, config, predicted, repeat_of)
-        self.hooks.on_start(trial.number, trial_id)
+        self._pending[trial_id] = _Pending(trial, config, predicted, repeat_of, trial_spec, gpus)
+        self._dispatch()
+        return True
 
     # ------------------------------------------------------------------ finalists
 
@@ -356,7 +408,8 @@ class StudyRunner:
                 return self._cancel()
             if time.monotonic() >= deadline and not self._pending:
                 return f"; re-measuring the finalists stopped at max_minutes ({budget.max_minutes:g})"
-            if queue and time.monotonic() < deadline and len(self._pending) < budget.max_concurrent_trials:
+            if (queue and time.monotonic() < deadline and not self._waiting_for_gpus()
+                    and len(self._pending) < budget.max_concurrent_trials):
                 self._launch_repeat(queue.pop(0))
                 continue
             tripped = self._collect(breaker)

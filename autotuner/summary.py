@@ -114,8 +114,9 @@ def best(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | No
 
 
 def gpu_seconds(recs: list[TrialRecord]) -> float:
-    """What the job's trials cost: each run's wall time (start-up included) x its GPUs."""
-    return sum(r.wall_s * int(r.config.get(R + "tensor_model_parallel_size", 1))
+    """What the job's trials cost: each run's wall time (start-up included) x its GPUs (as
+    reserved; a trial that did not record them: its TP size, one on a CPU)."""
+    return sum(r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
                for r in recs if r.ran or r.status == "infra_error")
 
 

@@ -2,9 +2,10 @@
 
 Lengths are drawn once per job from its seed, so every trial is measured on the same
 requests: the whole batch is ``train_batch_size`` prompts, each sampled ``n`` times
-with its own response length. A trial measures one rollout replica (its share of the
-requests; all replicas run in parallel in verl) and one data-parallel rank of the
-actor (its share of the sequences).
+with its own response length. A trial runs on ``trial_gpus(spec, config)`` GPUs, one
+actor rank per GPU (``trials.ranks``): by default one rollout replica's TP group (its
+replica's share of the requests, its ranks' shares of the sequences; all replicas run in
+parallel in verl), with ``cluster.trial_scope: world`` the whole world.
 """
 
 from __future__ import annotations
@@ -51,6 +52,14 @@ def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, 
     return RolloutKnobs(**rollout), TrainKnobs(**train)
 
 
+def trial_gpus(spec: JobSpec, config: dict[str, Any]) -> int:
+    """The GPUs one trial of ``config`` runs on (``cluster.trial_scope``): its rollout
+    replica's TP group, or the whole world."""
+    if spec.cluster.trial_scope == "world":
+        return spec.cluster.world_size
+    return int(config.get(R + "tensor_model_parallel_size", 1))
+
+
 def build_trial_spec(
     spec: JobSpec,
     arch: ModelArch,
@@ -66,6 +75,8 @@ def build_trial_spec(
     replicas = cluster.world_size // rollout.tensor_model_parallel_size
     per_replica = len(batch.prompt_lengths) // replicas
     per_rank = len(batch.prompt_lengths) // cluster.world_size
+    ranks = trial_gpus(spec, config)  # the trial's replicas' requests, its ranks' sequences
+    served = per_replica * (ranks // rollout.tensor_model_parallel_size)
     phases = [p for p, on in (("rollout", w.measures_rollout), ("train", w.measures_train)) if on]
     return TrialSpec(
         trial_id=trial_id,
@@ -76,14 +87,15 @@ def build_trial_spec(
         phases=phases,
         rollout=rollout,
         train=train,
-        prompt_lengths=batch.prompt_lengths[:per_replica],
-        response_lengths=batch.response_lengths[:per_replica],
-        train_prompt_lengths=batch.prompt_lengths[:per_rank],
-        train_response_lengths=batch.response_lengths[:per_rank],
+        prompt_lengths=batch.prompt_lengths[:served],
+        response_lengths=batch.response_lengths[:served],
+        train_prompt_lengths=batch.prompt_lengths[: per_rank * ranks],
+        train_response_lengths=batch.response_lengths[: per_rank * ranks],
         local_mini_batch_size=w.ppo_mini_batch_size * w.n // cluster.world_size,
         samples_per_prompt=w.n,
         n_gpus=cluster.world_size,
         rollout_replicas=replicas,
+        trial_gpus=ranks,
         device_memory_cap_gib=device_memory_cap_gib,
         seed=spec.seed,
         train_probe=device == "cuda",  # where a failed trial's rollout costs GPU time

@@ -1,7 +1,9 @@
 """``python -m trials run --spec SPEC.json --out RESULT.json [--progress PROGRESS.json]``
 
 Runs one trial in this fresh process and writes its ``TrialResult`` as JSON; logs go to
-stderr. ``--progress`` is rewritten at each phase entry with the partial result, so a
+stderr. A trial over several GPUs (``trial_gpus > 1``) is coordinated from here: its
+ranks run as ``python -m trials rank --spec SPEC.json --group GROUP.json --out ...``
+(``trials.ranks``), in this process's group. ``--progress`` is rewritten at each phase entry with the partial result, so a
 launcher that kills this process at its deadline can still tell where it was.
 
 When this process leads its own process group (``launch_trial`` starts it so), SIGTERM
@@ -92,13 +94,26 @@ def _run(args: argparse.Namespace) -> int:
         )
         _write_json(args.out, result.to_json())
         return 0
-    from trials import run_trial
 
     def progress(partial: TrialResult) -> None:
         if args.progress:
             _write_json(args.progress, partial.to_json())
 
-    result = run_trial(spec, on_progress=progress)
+    if args.command == "rank":
+        from trials.ranks import RankGroup, rank_spec
+        from trials.runner import run_trial
+
+        with open(args.group) as f:
+            group = RankGroup.from_json(f.read())
+        result = run_trial(rank_spec(spec, group.rank), on_progress=progress, group=group)
+    elif spec.trial_gpus > 1:
+        from trials.ranks import run_ranks
+
+        result = run_ranks(spec, on_progress=progress)
+    else:
+        from trials import run_trial
+
+        result = run_trial(spec, on_progress=progress)
     _write_json(args.out, result.to_json())
     logging.getLogger("trials").info(
         "trial %s: %s in %.1f s", spec.trial_id, result.status, result.wall_s
@@ -113,6 +128,11 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--spec", required=True, help="TrialSpec JSON file")
     run.add_argument("--out", required=True, help="where to write the TrialResult JSON")
     run.add_argument("--progress", default=None, help="partial result rewritten at each phase")
+    rank = commands.add_parser("rank", help="run one rank of a trial over several GPUs")
+    rank.add_argument("--spec", required=True, help="the trial's TrialSpec JSON file")
+    rank.add_argument("--group", required=True, help="this rank's RankGroup JSON file")
+    rank.add_argument("--out", required=True, help="where to write the rank's TrialResult JSON")
+    rank.add_argument("--progress", default=None, help="partial result rewritten at each phase")
     args = parser.parse_args(argv)
     logging.basicConfig(
         stream=sys.stderr,

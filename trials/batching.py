@@ -3,7 +3,9 @@
 Fixed size: consecutive groups of ``micro_batch_size`` sequences. Dynamic batch size
 (``use_dynamic_bsz``): like verl's ``rearrange_micro_batches``, ``ceil(tokens / budget)``
 groups balanced by token count (longest sequence first into the lightest group), and a
-sequence longer than the budget is rejected as verl rejects it. For the actor update the
+sequence longer than the budget is rejected as verl rejects it. Ranks of one world run as
+many micro-batches as the rank that needs most (verl's ``same_micro_num_in_dp``): the
+``min_groups`` arguments, from ``trials.train.synced_plans``. For the actor update the
 sequences are first cut into mini-batches of ``local_mini_batch_size`` (one optimizer
 step each), and each mini-batch into micro-batches.
 """
@@ -32,9 +34,10 @@ def fixed_size(indices: list[int], micro_batch_size: int) -> list[list[int]]:
 
 
 def token_budget(
-    indices: list[int], lengths: list[int], max_tokens: int, knob: str
+    indices: list[int], lengths: list[int], max_tokens: int, knob: str, min_groups: int = 0
 ) -> list[list[int]]:
-    """``ceil(sum / max_tokens)`` groups of ``indices`` balanced by ``lengths[i]``."""
+    """``ceil(sum / max_tokens)`` groups (at least ``min_groups``) of ``indices`` balanced
+    by ``lengths[i]``."""
     if not indices:
         return []
     longest = max(lengths[i] for i in indices)
@@ -44,7 +47,8 @@ def token_budget(
             f"verl requires {knob} >= prompt + response length. Raise {knob}."
         )
     total = sum(lengths[i] for i in indices)
-    groups: list[list[int]] = [[] for _ in range(min(len(indices), math.ceil(total / max_tokens)))]
+    wanted = max(math.ceil(total / max_tokens), min_groups)
+    groups: list[list[int]] = [[] for _ in range(min(len(indices), wanted))]
     loads = [0] * len(groups)
     for i in sorted(indices, key=lambda i: -lengths[i]):
         lightest = loads.index(min(loads))
@@ -54,12 +58,17 @@ def token_budget(
 
 
 def log_prob_plan(
-    lengths: list[int], micro_batch_size: int, dynamic: bool, max_tokens: int, knob: str
+    lengths: list[int],
+    micro_batch_size: int,
+    dynamic: bool,
+    max_tokens: int,
+    knob: str,
+    min_groups: int = 0,
 ) -> list[MicroBatch]:
     """Micro-batches for a forward-only pass over all sequences (``old/ref_log_prob``)."""
     indices = list(range(len(lengths)))
     groups = (
-        token_budget(indices, lengths, max_tokens, knob)
+        token_budget(indices, lengths, max_tokens, knob, min_groups)
         if dynamic
         else fixed_size(indices, micro_batch_size)
     )
@@ -73,14 +82,18 @@ def update_plan(
     dynamic: bool,
     max_tokens: int,
     knob: str = "ppo_max_token_len_per_gpu",
+    min_groups: list[int] | None = None,
 ) -> list[MicroBatch]:
-    """Micro-batches for the actor update; the last of each mini-batch has ``ends_mini_batch``."""
+    """Micro-batches for the actor update; the last of each mini-batch has ``ends_mini_batch``.
+    ``min_groups``: at least this many micro-batches in each mini-batch (dynamic)."""
     if mini_batch_size < 1:
         raise InvalidTrialSpec(f"local_mini_batch_size must be >= 1, got {mini_batch_size}")
     plan: list[MicroBatch] = []
-    for mini in fixed_size(list(range(len(lengths))), mini_batch_size):
+    minis = fixed_size(list(range(len(lengths))), mini_batch_size)
+    for j, mini in enumerate(minis):
+        at_least = min_groups[j] if min_groups and j < len(min_groups) else 0
         groups = (
-            token_budget(mini, lengths, max_tokens, knob)
+            token_budget(mini, lengths, max_tokens, knob, at_least)
             if dynamic
             else fixed_size(mini, micro_batch_size)
         )

@@ -9,6 +9,10 @@ for the trial's actor and tears them down on exit:
 - one rank (``n_ranks == 1``): the same, with the environment set here for a world of
   one (``MASTER_ADDR=127.0.0.1``, a free ``MASTER_PORT``, ``RANK=0``, ``WORLD_SIZE=1``,
   ``LOCAL_RANK=0``) and restored on exit;
+- a trial's rank process with a real group (``trials.ranks.RankGroup`` with a
+  ``master_port``): rank ``peers.rank`` of a world of ``peers.size`` over TCP on
+  127.0.0.1 (no environment variables, so an engine this process starts inherits none),
+  on ``cuda:0`` (the rank's own GPU: ``trials.ranks`` lists it first);
 - ``n_ranks > 1`` in one process: rank 0 of a world of ``n_ranks`` on torch's ``fake``
   backend, whose collectives move no data and take no time. FSDP then holds exactly one
   rank's share of parameters, gradients and optimizer state and all-gathers full layers
@@ -59,10 +63,20 @@ def real_backend(device: str) -> str:
 
 
 @contextmanager
-def actor_world(device: str, n_ranks: int) -> Iterator[ActorWorld]:
-    """The actor's world (see the module docstring); torn down on exit if made here."""
+def actor_world(device: str, n_ranks: int, peers: Any = None) -> Iterator[ActorWorld]:
+    """The actor's world (see the module docstring); torn down on exit if made here.
+
+    ``peers``: this process's ``trials.ranks.RankGroup``, or None.
+    """
     if dist.is_initialized():
         yield _world(device, dist.get_backend(), dist.get_rank(), dist.get_world_size())
+        return
+    if peers is not None and peers.master_port is not None:
+        world = _init_peers(device, peers.rank, peers.size, peers.master_port)
+        try:
+            yield world
+        finally:
+            dist.destroy_process_group()
         return
     launched = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     saved = {k: os.environ.get(k) for k in ENV_KEYS}
@@ -105,6 +119,18 @@ def _init_real(device: str) -> ActorWorld:
     kwargs: dict[str, Any] = {"device_id": local} if local.type == "cuda" else {}
     dist.init_process_group(backend, init_method="env://", **kwargs)
     return _world(device, backend, dist.get_rank(), dist.get_world_size())
+
+
+def _init_peers(device: str, rank: int, size: int, port: int) -> ActorWorld:
+    backend = real_backend(device)
+    local = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    kwargs: dict[str, Any] = {}
+    if local.type == "cuda":
+        torch.cuda.set_device(local)
+        kwargs["device_id"] = local
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size, **kwargs)
+    return _world(device, backend, rank, size)
 
 
 def _init_fake(device: str, n_ranks: int) -> ActorWorld:

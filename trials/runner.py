@@ -23,6 +23,10 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    ``rollout_mode`` does it: actor parameters in (``param_offload``), engine weights
    woken, parameters out, allocator cache emptied, KV cache woken.
 
+A rank of a trial over several GPUs (``trials.ranks``) runs the same order with a
+``RankGroup``: only a replica's leader starts an engine, and the ranks meet between the
+steps above so every GPU holds what verl's holds at each point.
+
 The engine is shut down and the actor released at the end, whatever happened. Peak
 memory is sampled per phase (``startup``, ``rollout``, ``train``, ``wake``:
 ``<phase>_peak_memory_gib``, and ``peak_memory_gib`` over all); ``actor_resident_gib``
@@ -59,6 +63,7 @@ from trials.memory import (
 )
 from trials.memory_cap import device_memory_cap
 from trials.phases import in_phase, listening, phase_of
+from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
 from trials.rollout.phase import check_rollout_spec, measure_rollout
 from trials.step import step_metrics
@@ -71,9 +76,14 @@ LOG_TAIL_CHARS = 12_000
 
 
 def run_trial(
-    spec: TrialSpec, on_progress: Callable[[TrialResult], None] | None = None
+    spec: TrialSpec,
+    on_progress: Callable[[TrialResult], None] | None = None,
+    group: RankGroup | None = None,
 ) -> TrialResult:
-    """Run ``spec`` here; ``on_progress(result)`` hears each phase entry (``result.phase``)."""
+    """Run ``spec`` here; ``on_progress(result)`` hears each phase entry (``result.phase``).
+
+    ``group``: this process is one rank of a trial over several GPUs (``trials.ranks``).
+    """
     start = time.perf_counter()
     result = TrialResult(trial_id=spec.trial_id, status="ok", hostname=hostname())
 
@@ -87,7 +97,7 @@ def run_trial(
     with StderrTail() as tail, listening(entered):
         try:
             result.device = describe_device(spec.device)
-            _Trial(spec, result, start).run()
+            _Trial(spec, result, start, group).run()
             result.phase = None
             result.metrics.update(step_metrics(spec, result.metrics, result.phase_timings_s))
         except Exception as exc:
@@ -128,8 +138,11 @@ def check_spec(spec: TrialSpec) -> None:
 class _Trial:
     """One run of the order in the module docstring; owns the engine and the actor."""
 
-    def __init__(self, spec: TrialSpec, result: TrialResult, start: float) -> None:
+    def __init__(
+        self, spec: TrialSpec, result: TrialResult, start: float, group: RankGroup | None = None
+    ) -> None:
         self.spec = spec
+        self.group = group
         self.result = result
         self.metrics = result.metrics
         self.timings = result.phase_timings_s
@@ -142,24 +155,42 @@ class _Trial:
         self.baseline_bytes: int | None = None
         self.rollout = "rollout" in spec.phases
         self.train = "train" in spec.phases
+        self.engine_here = self.rollout and (group is None or group.leader)
 
     def mark(self, event: str) -> None:
         self.metrics[f"{event}_at_s"] = time.perf_counter() - self.start
 
+    def meet(self, name: str) -> None:
+        """Wait for the trial's other ranks here (a trial over several GPUs)."""
+        if self.group is not None:
+            self.group.meet(name)
+
     def run(self) -> None:
-        check_spec(self.spec)
-        self.dtype = compute_dtype(self.spec.device, self.spec.dtype)
         with contextlib.ExitStack() as stack:
-            self.prepare(stack)
-            stack.callback(self.release)  # before the actor's world goes
-            self.startup()
-            if self.rollout:
-                self.generate()
-            asleep = self.free_engine() if self.rollout and self.train else False
-            if self.train:
-                self.train_phase(engine_resident=self.backend is not None and not asleep)
-            if self.rollout and self.train:
-                self.hand_over(asleep)
+            try:
+                check_spec(self.spec)
+                self.dtype = compute_dtype(self.spec.device, self.spec.dtype)
+                self.prepare(stack)
+                stack.callback(self.release)  # before the actor's world goes
+                self.run_steps()
+            except BaseException as exc:
+                if self.group is not None:  # before tearing down: peers may wait on us
+                    self.group.abort(exc)
+                raise
+
+    def run_steps(self) -> None:
+        self.startup()
+        if self.rollout:
+            self.generate()
+            self.meet("rollout_done")
+        engine = "none"
+        if self.rollout and self.train:
+            engine = self.free_engine()
+        if self.train:
+            self.train_phase(engine_resident=engine == "resident")
+            self.meet("trained")
+        if self.rollout and self.train:
+            self.hand_over(engine)
 
     # 1. startup
     def prepare(self, stack: contextlib.ExitStack) -> None:
@@ -168,6 +199,7 @@ class _Trial:
         with in_phase("startup"):
             if spec.device == "cuda":
                 self.check_gpus_clean()
+            self.meet("gpus_clean")  # before any rank puts anything on its GPU
             if self.train:
                 from trials.train import prepare_train
 
@@ -175,7 +207,9 @@ class _Trial:
                 if spec.actor_fsdp:
                     from trials.distributed import actor_world
 
-                    self.world = stack.enter_context(actor_world(spec.device, spec.n_gpus))
+                    self.world = stack.enter_context(
+                        actor_world(spec.device, spec.n_gpus, self.group)
+                    )
         if spec.device == "cpu":
             self.baseline_bytes = process_tree_rss_bytes()
 
@@ -185,9 +219,11 @@ class _Trial:
                 self.build_actor()
         if self.train and self.rollout and self.spec.train_probe:
             self.probe_train()
-        if self.rollout:
+        self.meet("actor_ready")  # every GPU holds its actor before any engine starts
+        if self.engine_here:
             with self.sampled("startup"):
                 self.start_engine()
+        self.meet("engines_ready")
 
     def probe_train(self) -> None:
         """Fail fast: the train sub-phases' largest micro-batches before the engine starts."""
@@ -265,19 +301,32 @@ class _Trial:
         self.timings["rollout"] = self.metrics["rollout_makespan_s"]
 
     # 3. engine_sleep
-    def free_engine(self) -> bool:
-        """Release the engine's memory for training (free_cache_engine); whether it sleeps."""
-        if not self.spec.rollout.free_cache_engine or self.backend is None:
-            return False
+    def free_engine(self) -> str:
+        """Release the engine's memory for training (free_cache_engine); where it is now:
+        ``asleep``, ``resident`` (kept through training) or ``gone`` (shut down). A rank
+        without an engine hears its replica leader's answer."""
+        state = self.release_engine() if self.engine_here else ""
+        if self.group is None:
+            return state
+        if self.engine_here:
+            self.group.post("engine", state)
+        self.meet("engines_released")
+        return self.group.read("engine", leader_of=self.group.rank)
+
+    def release_engine(self) -> str:
+        if self.backend is None:
+            return "gone"
+        if not self.spec.rollout.free_cache_engine:
+            return "resident"
         if self.backend.can_sleep:
             with in_phase("engine_sleep"):
                 self.timings["engine_sleep"] = self.backend.sleep()
             self.metrics["engine_sleep_s"] = self.timings["engine_sleep"]
             self.mark("engine_released")
-            return True
+            return "asleep"
         self.shutdown_engine()  # no sleep mode (vLLM on CPU): its memory goes with it
         self.mark("engine_released")
-        return False
+        return "gone"
 
     # 4. train
     def train_phase(self, engine_resident: bool) -> None:
@@ -302,22 +351,30 @@ class _Trial:
         return cap
 
     # 5. engine_wake
-    def hand_over(self, asleep: bool) -> None:
-        """The next step's ``rollout_mode``: weights in, engine awake, weights out."""
+    def hand_over(self, engine: str) -> None:
+        """The next step's ``rollout_mode``: weights in, engine awake, weights out.
+
+        ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
+        answer), so they meet at the same points.
+        """
         from trials.actor_state import release
 
         backend, actor = self.backend, self.actor
-        if backend is None or actor is None or not (asleep or actor.param_offload):
+        asleep = engine == "asleep"
+        if engine == "gone" or actor is None or not (asleep or actor.param_offload):
             return
         wake_s = reload_s = 0.0
         with self.sampled("wake"), in_phase("engine_wake"):
             reload_s += actor.load_params()
-            if asleep:
+            if asleep and backend is not None:
                 wake_s += backend.wake_up(["weights"])
+            self.meet("weights_in")  # the peak: parameters and engine weights on every GPU
             reload_s += actor.offload_params()
             if asleep:
                 wake_s += actor.timed(lambda: release(actor.device))
-                wake_s += backend.wake_up(["kv_cache"])
+                if backend is not None:
+                    wake_s += backend.wake_up(["kv_cache"])
+            self.meet("awake")
         self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
         self.metrics["actor_reload_s"] = self.timings["actor_reload"]
         if asleep:

@@ -16,8 +16,9 @@ measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
   around its sub-phases and around the engine's wake-up.
 
 ``step_tokens`` is prompt + response tokens of the whole batch, ``sum(train lengths) *
-n_gpus``, when the train phase ran; rollout only: the replica's prompt + generated tokens
-``* rollout_replicas``. The rollout-side parts count only when the rollout ran, the
+n_gpus / trial_gpus``, when the train phase ran; rollout only: the measured replicas'
+prompt + generated tokens ``* rollout_replicas / (trial_gpus / TP)`` (a trial measures
+``trial_gpus`` ranks and their replicas; see ``trials.ranks``). The rollout-side parts count only when the rollout ran, the
 train-side parts only when the train phase did.
 
 ``throughput_tokens_per_s_per_gpu = step_tokens / step_time_s / n_gpus``, which is
@@ -58,13 +59,14 @@ def step_metrics(
     parts = step_components(spec, metrics, timings)
     if not parts:
         return {}
+    ranks = max(spec.trial_gpus, 1)
     if "update_actor" in parts:
-        tokens = (
-            float(sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)) * spec.n_gpus
-        )
+        measured = float(sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths))
+        tokens = measured * spec.n_gpus / ranks
     else:
-        replica_tokens = metrics["rollout_prompt_tokens"] + metrics["rollout_generated_tokens"]
-        tokens = replica_tokens * spec.rollout_replicas
+        measured = metrics["rollout_prompt_tokens"] + metrics["rollout_generated_tokens"]
+        replicas = max(ranks // max(spec.rollout.tensor_model_parallel_size, 1), 1)
+        tokens = measured * spec.rollout_replicas / replicas
     step_time = sum(parts.values())
     return {
         "step_time_s": step_time,

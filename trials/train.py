@@ -81,8 +81,14 @@ def check_train_spec(spec: TrialSpec) -> None:
         )
 
 
-def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
-    """Each sub-phase's micro-batches; a rejected knob is tagged with its sub-phase."""
+def train_plans(
+    spec: TrialSpec, min_groups: dict[str, list[int]] | None = None
+) -> dict[str, list[MicroBatch]]:
+    """Each sub-phase's micro-batches; a rejected knob is tagged with its sub-phase.
+
+    ``min_groups``: per sub-phase, the fewest micro-batches (per mini-batch for the update)
+    a dynamic plan may have (``synced_plans``)."""
+    least = min_groups or {}
     t = spec.train
     pairs = zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)
     lengths = [p + r for p, r in pairs]
@@ -94,6 +100,7 @@ def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
             t.use_dynamic_bsz,
             t.log_prob_max_token_len_per_gpu,
             knob,
+            least.get("old_log_prob", [0])[0],
         ),
         "ref_log_prob": lambda: log_prob_plan(
             lengths,
@@ -101,6 +108,7 @@ def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
             t.use_dynamic_bsz,
             t.log_prob_max_token_len_per_gpu,
             knob,
+            least.get("ref_log_prob", [0])[0],
         ),
         "update_actor": lambda: update_plan(
             lengths,
@@ -108,6 +116,7 @@ def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
             t.ppo_micro_batch_size_per_gpu,
             t.use_dynamic_bsz,
             t.ppo_max_token_len_per_gpu,
+            min_groups=least.get("update_actor"),
         ),
     }
     plans = {}
@@ -120,6 +129,37 @@ def train_plans(spec: TrialSpec) -> dict[str, list[MicroBatch]]:
             exc.trial_phase = name  # type: ignore[attr-defined]
             raise
     return plans
+
+
+def synced_plans(spec: TrialSpec, state: ActorState) -> dict[str, list[MicroBatch]]:
+    """``train_plans``, each rank of a real world cutting as many micro-batches as the rank
+    that needs most, as verl's dynamic batching does (every rank must run the same
+    collectives: a rank with fewer forwards would leave its peers waiting)."""
+    plans = train_plans(spec)
+    world = state.world
+    if not spec.train.use_dynamic_bsz or world is None or world.fake or world.world_size == 1:
+        return plans
+    counts = {"old_log_prob": [len(plans["old_log_prob"])],
+              "update_actor": _per_mini_batch(plans["update_actor"])}
+    if "ref_log_prob" in plans:
+        counts["ref_log_prob"] = [len(plans["ref_log_prob"])]
+    flat = torch.tensor([c for name in sorted(counts) for c in counts[name]], dtype=torch.int64,
+                        device=world.device)
+    torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.MAX)
+    synced, values = {}, flat.tolist()
+    for name in sorted(counts):
+        synced[name], values = values[: len(counts[name])], values[len(counts[name]):]
+    return train_plans(spec, synced) if synced != counts else plans
+
+
+def _per_mini_batch(plan: list[MicroBatch]) -> list[int]:
+    counts, current = [], 0
+    for mb in plan:
+        current += 1
+        if mb.ends_mini_batch:
+            counts.append(current)
+            current = 0
+    return counts
 
 
 def prepare_train(spec: TrialSpec, dtype: str) -> None:
@@ -177,7 +217,7 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     """
     check_train_spec(spec)
     setup = _make_setup(spec, dtype, state)
-    plans = train_plans(spec)
+    plans = synced_plans(spec, state)
     setup.sync()
     t0 = time.perf_counter()
     with in_phase("old_log_prob"):
@@ -245,7 +285,7 @@ def run_train(
     metrics["train_dtype_bits"] = dtype_bits(dtype)
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
-    plans = train_plans(spec)
+    plans = synced_plans(spec, state)
     reload_s = 0.0
     with in_phase("old_log_prob"):
         state.model.eval()

@@ -97,6 +97,16 @@ class TrialSpec:
     n_gpus: int = 1
     # Rollout replicas in that world (n_gpus // TP); each serves its share of requests.
     rollout_replicas: int = 1
+    # GPUs this trial runs on, one rank process per GPU (``trials.ranks``). With more than
+    # one, ``prompt_lengths``/``response_lengths`` hold the requests of the trial's
+    # ``trial_gpus // TP`` replicas one replica after another, and the train lengths the
+    # shares of its ``trial_gpus`` ranks one rank after another. ``trial_gpus == n_gpus``:
+    # the whole world, the actor sharded over a real process group; fewer: each rank fakes
+    # its world (``trials.distributed``).
+    trial_gpus: int = 1
+    # After one rank failed, how long the others get to stop by themselves before they are
+    # killed (a rank blocked in a collective with a dead peer never stops).
+    rank_grace_s: float = 30.0
     # Cap on the memory one device may use (GiB). On CPU it is enforced as a real
     # allocation limit on the trial process; None means the device's own capacity.
     device_memory_cap_gib: float | None = None

@@ -17,8 +17,8 @@ for d in /tmp/at/*/; do
   name=$(basename "$d")
   [ "$name" = logs ] && continue
   AUTOTUNER_DATA_DIR=$d python3 -m benchmarks.gpu.dump_results "$OUT/$name.json" \
-    "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml" \
-    "(concurrent studies on one Ray head: bash benchmarks/gpu/run-studies.sh)"
+    "$(cat "$d/command" 2>/dev/null || echo "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml")" \
+    "(concurrent studies on one Ray head started by benchmarks/gpu/run-studies.sh)"
   python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
     "$d/autotuner.db" "$OUT/$name.db"
 done

@@ -5,11 +5,19 @@
 # studies outlive the device call that started them; poll.sh collects their results.
 # The code runs from a private copy (/tmp/repo), so later calls that refresh the working
 # tree cannot change it under a running study.
-# usage: [STUDY_GPUS=0,1,2] bash benchmarks/gpu/run-studies.sh JOB.yaml [JOB.yaml ...]
+# usage: [STUDY_GPUS=0,1,2] [STUDY_TAG=x] [RAY_RESTART=1] bash benchmarks/gpu/run-studies.sh JOB.yaml...
 # STUDY_GPUS: the GPUs Ray may give trials (default: all), leaving the rest for other work.
+# STUDY_TAG: suffix of each study's directory (the same job run again on other GPUs).
+# RAY_RESTART=1: stop the Ray head an earlier call started (its studies must be done).
 set -euo pipefail
-rm -rf /tmp/repo && mkdir -p /tmp/repo /tmp/at/logs
-cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+mkdir -p /tmp/at/logs
+if [ "${RAY_RESTART:-0}" = 1 ]; then
+  PYTHONPATH=/tmp/site python3 -m ray.scripts.scripts stop --force > /tmp/at/logs/ray-stop.log 2>&1 || true
+fi
+if [ ! -d /tmp/repo ] || [ "${RAY_RESTART:-0}" = 1 ]; then
+  rm -rf /tmp/repo && mkdir -p /tmp/repo
+  cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+fi
 cd /tmp/repo
 export PYTHONPATH=/tmp/site:/tmp/repo VLLM_USE_FLASHINFER_SAMPLER=0 \
   NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -19,10 +27,14 @@ if [ -n "${STUDY_GPUS:-}" ]; then
 else
   gpus=$(nvidia-smi -L | wc -l)
 fi
-setsid python3 -m ray.scripts.scripts start --head --port 6390 --num-gpus "$gpus" \
-  --include-dashboard=false --disable-usage-stats > /tmp/at/logs/ray.log 2>&1
+if [ "${RAY_RESTART:-0}" = 1 ] || [ ! -f /tmp/at/logs/ray.log ]; then  # one head per GPU set
+  setsid python3 -m ray.scripts.scripts start --head --port 6390 --num-gpus "$gpus" \
+    --include-dashboard=false --disable-usage-stats > /tmp/at/logs/ray.log 2>&1
+fi
 for job in "$@"; do
-  name=$(basename "$job" .yaml)
+  name=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
+  mkdir -p "/tmp/at/$name"
+  echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }bash benchmarks/gpu/run-studies.sh $job" > "/tmp/at/$name/command"
   AUTOTUNER_RAY_ADDRESS=127.0.0.1:6390 AUTOTUNER_DATA_DIR=/tmp/at/$name \
     setsid nohup python3 -m autotuner.cli tune "$job" > "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
   echo "$!" > "/tmp/at/logs/$name.pid"

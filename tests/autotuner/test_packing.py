@@ -9,15 +9,18 @@ they ran.
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import pytest
 
 from autotuner.executor import RayExecutor, Resources
-from autotuner.spec import load_job_spec
+from autotuner.spec import load_job_spec, parse_job_spec
 from autotuner.trialspec import build_trial_spec
 
-DEMO = Path(__file__).resolve().parents[2] / "autotuner/examples/demo.yaml"
+REPO = Path(__file__).resolve().parents[2]
+DEMO = REPO / "autotuner/examples/demo.yaml"
+STANDIN = Path(__file__).resolve().parent / "gpu_standin.py"
 GPUS = 4
 TP_SIZES = [2, 1, 1, 4]  # the first three fit together; the fourth needs them gone
 
@@ -68,3 +71,49 @@ def test_trials_of_mixed_tp_sizes_never_share_or_oversubscribe_the_gpus(ray_with
         assert sum(len(g) for s, e, g in runs if s <= start < e) <= GPUS
     # and they did run side by side (Ray packed them), not one after another
     assert any(s1 < e2 and s2 < e1 for (s1, e1, _), (s2, e2, _) in itertools.combinations(runs, 2))
+
+
+def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(
+        ray_with_4_gpus, tmp_path):
+    """A study on 4 (logical) GPUs whose space has TP 1/2/4/8: it never has more GPUs' worth
+    of trials in flight than the cluster has, runs small ones side by side, and records a
+    TP-8 proposal as invalid instead of leaving it in Ray's queue."""
+    from autotuner.executor import RayExecutor
+    from autotuner.records import records
+    from autotuner.space import SearchSpace
+    from autotuner.study import StudyRunner, open_study
+
+    R = "actor_rollout_ref.rollout."
+    doc = load_job_spec(REPO / "benchmarks/jobs/qwen2-7b-grpo-8gpu-tp.yaml").model_dump()
+    doc["workload"]["model"] = "llama-3.1-8b"  # 32 heads: TP 8 is a valid config
+    doc.update(search={R + "tensor_model_parallel_size": {"choices": [1, 2, 4, 8]}},
+               baselines={f"tp{tp}": {R + "tensor_model_parallel_size": tp} for tp in (8, 4)},
+               sampler="random", memory_model={"enabled": False})
+    doc["budget"].update(max_trials=10, max_concurrent_trials=8, max_minutes=5,
+                         remeasure_finalists=0)
+    spec = parse_job_spec(doc)
+    standin = tmp_path / "gpu-trial"
+    standin.write_text(  # a trial goes to the stand-in; anything else (probes) to Python
+        f"#!{sys.executable}\nimport os, runpy, sys\n"
+        "if sys.argv[1:3] != ['-m', 'trials']:\n"
+        "    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+        f"sys.argv = [{str(STANDIN)!r}, *sys.argv[1:]]\n"
+        f"runpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
+    standin.chmod(0o755)
+    study = open_study(spec, "admission", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    space = SearchSpace.build(spec, spec.validate_model(), "cuda")
+    runner = StudyRunner(spec, study, space, RayExecutor(trial_python=str(standin)), "cuda",
+                         memory_cap_gib=None)
+    runner.enqueue_baseline()  # verl's defaults (TP 1), then TP 8 and TP 4
+    summary = runner.run()
+    recs = records(study)
+    ran = [r for r in recs if r.status == "ok"]
+    assert summary.measured == len(ran) == 10, [(r.status, r.error_message) for r in recs]
+    too_big = [r for r in recs if r.config.get(R + "tensor_model_parallel_size") == 8]
+    assert too_big and {r.status for r in too_big} == {"invalid"}
+    assert "needs 8 GPUs on one node" in too_big[0].error_message
+    assert {r.gpus for r in ran} <= {1, 2, 4} and len({r.gpus for r in ran}) > 1
+    spans = [(r.metrics["standin_started_at"], r.metrics["standin_ended_at"], r.gpus) for r in ran]
+    for start, _, _ in spans:  # GPUs reserved by the trials in flight at each start
+        assert sum(g for s, e, g in spans if s <= start < e) <= GPUS
+    assert any(s1 < e2 and s2 < e1 for (s1, e1, _), (s2, e2, _) in itertools.combinations(spans, 2))

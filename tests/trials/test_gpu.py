@@ -239,3 +239,55 @@ def test_the_train_probe_leaves_the_engine_the_memory_an_offloaded_actor_frees()
     m = result.metrics
     assert m["train_probe_allocated_gib"] < 0.5
     assert m["train_probe_resident_gib"] - m["train_probe_allocated_gib"] < 1.0, m
+
+
+def _needs_gpus(n: int) -> None:
+    import torch
+
+    if torch.cuda.device_count() < n:
+        pytest.skip(f"needs {n} GPUs, this host shows {torch.cuda.device_count()}")
+
+
+@pytest.mark.engine
+def test_a_world_of_two_gpus_runs_one_tp2_replica_beside_a_real_fsdp_actor():
+    """The whole world in one trial: two rank processes, NCCL between their actor shards,
+    one TP-2 engine over both GPUs, slept for training and woken for the next step."""
+    _needs_vllm()
+    _needs_gpus(2)
+    spec = qwen_spec("world-tp2", trial_gpus=2, n_gpus=2, rollout_replicas=1)
+    spec.train_prompt_lengths = spec.train_prompt_lengths * 2  # the two ranks' shares
+    spec.train_response_lengths = spec.train_response_lengths * 2
+    spec.rollout.tensor_model_parallel_size = 2
+    spec.rollout.gpu_memory_utilization = 0.5
+    spec.train.param_offload = True
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m, t = result.metrics, result.phase_timings_s
+    assert m["trial_ranks"] == 2 and m["trial_replicas"] == 1
+    assert m["actor_real_collectives"] == 1 and m["actor_fsdp_world_size"] == 2
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    assert m["engine_sleep_s"] > 0 and m["engine_wake_s"] > 0 and m["actor_reload_s"] > 0
+    assert set(STEP_COMPONENTS) <= set(t)
+    assert m["step_time_s"] == pytest.approx(sum(t[k] for k in STEP_COMPONENTS))
+    assert result.visible_gpus is None or len(result.visible_gpus.split(",")) >= 2
+    assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
+
+
+@pytest.mark.engine
+def test_two_tp1_replicas_of_a_larger_world_run_side_by_side():
+    """One trial, two GPUs of a world of eight: each rank fakes its world (a rank's eighth
+    of the actor) and leads its own TP-1 replica with its own requests."""
+    _needs_vllm()
+    _needs_gpus(2)
+    spec = qwen_spec("replicas-tp1", trial_gpus=2, n_gpus=8, rollout_replicas=8)
+    spec.prompt_lengths = spec.prompt_lengths * 2
+    spec.response_lengths = spec.response_lengths[::-1] * 2
+    spec.train_prompt_lengths = spec.train_prompt_lengths * 2
+    spec.train_response_lengths = spec.train_response_lengths * 2
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m = result.metrics
+    assert m["trial_replicas"] == 2 and m["actor_fsdp_fake_collectives"] == 1
+    assert m["rollout_requests"] == 128
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
