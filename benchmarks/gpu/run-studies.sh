@@ -9,6 +9,8 @@
 # STUDY_GPUS: the GPUs Ray may give trials (default: all), leaving the rest for other work.
 # STUDY_TAG: suffix of each study's directory (the same job run again on other GPUs).
 # RAY_RESTART=1: stop the Ray head an earlier call started (its studies must be done).
+# STUDY_RAY=local: no shared head; each study starts a local Ray over STUDY_GPUS (studies on
+# other GPUs of the host, beside a head that an earlier call started over its own).
 set -euo pipefail
 mkdir -p /tmp/at/logs
 if [ "${RAY_RESTART:-0}" = 1 ]; then
@@ -27,7 +29,10 @@ if [ -n "${STUDY_GPUS:-}" ]; then
 else
   gpus=$(nvidia-smi -L | wc -l)
 fi
-if [ "${RAY_RESTART:-0}" = 1 ] || [ ! -f /tmp/at/logs/ray.log ]; then  # one head per GPU set
+address=127.0.0.1:6390
+if [ "${STUDY_RAY:-}" = local ]; then
+  address=
+elif [ "${RAY_RESTART:-0}" = 1 ] || [ ! -f /tmp/at/logs/ray.log ]; then  # one head per GPU set
   setsid python3 -m ray.scripts.scripts start --head --port 6390 --num-gpus "$gpus" \
     --include-dashboard=false --disable-usage-stats > /tmp/at/logs/ray.log 2>&1
 fi
@@ -35,8 +40,8 @@ for job in "$@"; do
   name=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
   mkdir -p "/tmp/at/$name"
   echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }bash benchmarks/gpu/run-studies.sh $job" > "/tmp/at/$name/command"
-  AUTOTUNER_RAY_ADDRESS=127.0.0.1:6390 AUTOTUNER_DATA_DIR=/tmp/at/$name \
+  AUTOTUNER_RAY_ADDRESS=$address AUTOTUNER_DATA_DIR=/tmp/at/$name \
     setsid nohup python3 -m autotuner.cli tune "$job" > "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
   echo "$!" > "/tmp/at/logs/$name.pid"
-  echo "started $name (pid $!) on a Ray head with $gpus GPUs"
+  echo "started $name (pid $!) on ${address:-a local Ray} with $gpus GPUs"
 done
