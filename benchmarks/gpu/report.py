@@ -3,9 +3,10 @@
 usage: python -m benchmarks.gpu.report RESULTS.json [RESULTS.json ...]
 
 For each job: the measured trials, best first, with the step's composition; the best
-trial against each named baseline; the trials that ran out of memory, by phase, with the
-GPU-seconds they cost (a trial's wall time on its one GPU, start-up included); and the
-GPU-seconds of the whole job.
+trial against each named baseline; the best trial per rollout TP size (when TP was
+searched); the trials that ran out of memory, by phase, with the GPU-seconds they cost (a
+trial's wall time, start-up included, times the GPUs it held); the GPU-seconds of the whole
+job and its measured trials per hour of wall-clock time.
 """
 
 from __future__ import annotations
@@ -13,9 +14,12 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter, defaultdict
+from datetime import datetime
 from typing import Any
 
+TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 SHORT = {
+    TP: "tp",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "gmu",
     "actor_rollout_ref.rollout.max_num_batched_tokens": "mnbt",
     "actor_rollout_ref.rollout.max_num_seqs": "mns",
@@ -53,6 +57,19 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
+def gpus(trial: dict[str, Any]) -> int:
+    """The GPUs a trial held: as recorded, else its TP size."""
+    return int(trial.get("gpus") or trial["config"].get(TP, 1))
+
+
+def trials_per_hour(job: dict[str, Any], measured: int) -> float | None:
+    if not job.get("started_at") or not job.get("finished_at"):
+        return None
+    span = (datetime.fromisoformat(job["finished_at"])
+            - datetime.fromisoformat(job["started_at"])).total_seconds()
+    return measured / span * 3600 if span > 0 else None
+
+
 def report(doc: dict[str, Any]) -> str:
     out = [f"Command: `{doc['command']}`", ""]
     for job in doc["jobs"]:
@@ -65,16 +82,20 @@ def job_report(job: dict[str, Any]) -> list[str]:
     summary = job["summary"]
     devices = sorted({t["device"] for t in trials if t["device"]})
     counts = Counter(t["status"] for t in trials)
-    gpu_s = sum(t["wall_s"] or 0.0 for t in trials)
+    gpu_s = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials)
+    measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
+    rate = trials_per_hour(job, measured)
     lines = [
         f"### {job['name']} ({', '.join(devices) or 'no device'})",
         "",
         f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
-        + f"; {gpu_s:.0f} GPU-seconds in all; stopped: {summary.get('stop_reason')}.",
+        + f"; {gpu_s:.0f} GPU-seconds in all"
+        + (f"; {rate:.1f} measured trials per hour" if rate else "")
+        + f"; stopped: {summary.get('stop_reason')}.",
         "",
         "| trial | tok/s/GPU | step s | rollout s | old-logp s | ref s | update s | reload s | "
-        "peak GiB | trial wall s | knobs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "peak GiB | GPUs | trial wall s | knobs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     ok = sorted((t for t in trials if t["status"] == "ok"), key=lambda t: -t["values"][0])
     for t in ok:
@@ -84,7 +105,7 @@ def job_report(job: dict[str, Any]) -> list[str]:
             f"| {name} | {m['throughput_tokens_per_s_per_gpu']:.0f} | {fmt(m.get('step_time_s'))} | "
             f"{fmt(p.get('rollout'))} | {fmt(p.get('old_log_prob'))} | {fmt(p.get('ref_log_prob'))} | "
             f"{fmt(p.get('update_actor'))} | {fmt(p.get('actor_reload'))} | "
-            f"{fmt(m.get('peak_memory_gib'))} | "
+            f"{fmt(m.get('peak_memory_gib'))} | {gpus(t)} | "
             f"{t['wall_s']:.0f} | {knobs(t['config'])} |"
         )
     lines += ["", "Best against the baselines (step throughput, tokens/s/GPU):", ""]
@@ -96,10 +117,21 @@ def job_report(job: dict[str, Any]) -> list[str]:
             f"- {name} (trial {b['trial']}, {b['status']}): {fmt(value, 0) or 'no measurement'}"
             + (f"; best {best:.0f} is {gain:.2f}x" if gain and best else "")
         )
+    per_tp: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for t in trials:
+        if t["status"] in ("ok", "oom", "error", "timeout"):
+            per_tp[int(t["config"].get(TP, 1))].append(t)
+    if len(per_tp) > 1:
+        lines += ["", "Per rollout TP size (best step throughput, tokens/s/GPU):", ""]
+        for tp, group in sorted(per_tp.items()):
+            fits = [t for t in group if t["status"] == "ok"]
+            top = max(fits, key=lambda t: t["values"][0], default=None)
+            lines.append(f"- TP {tp}: {len(group)} trials, {len(fits)} ok"
+                         + (f"; best {top['values'][0]:.0f} (trial {top['number']})" if top else ""))
     ooms = [t for t in trials if t["status"] == "oom"]
     by_phase: dict[str, list[float]] = defaultdict(list)
     for t in ooms:
-        by_phase[oom_place(t)].append(t["wall_s"] or 0.0)
+        by_phase[oom_place(t)].append((t["wall_s"] or 0.0) * gpus(t))
     oom_s = sum(map(sum, by_phase.values()))
     lines += ["", f"Out of memory: {len(ooms)} trials, {oom_s:.0f} GPU-seconds.", ""]
     for where, walls in sorted(by_phase.items(), key=lambda kv: -len(kv[1])):
