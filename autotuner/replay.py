@@ -9,7 +9,8 @@ gets its k-th recorded run, cycling), so the real ``StudyRunner`` loop can be co
 offline across samplers and seeds on recorded measurements. Replayed results say so:
 their ``hostname`` is ``replay:<recording host>``.
 
-A trial's cost is its recorded ``wall_s`` (interpreter and engine start-up included)
+A trial's cost is its recorded ``wall_s`` (interpreter and engine start-up included;
+less the engine's share, ``engine_seconds``, for a trial that reuses another's rollout)
 times the GPUs it reserved (``LandscapePoint.gpus``: its ranks, else its
 ``tensor_model_parallel_size``; a CPU trial counts as one device): ``ReplayExecutor.cost_s`` adds it up, in the order trials were submitted.
 
@@ -135,6 +136,15 @@ def throughput(result: TrialResult) -> float | None:
     return None if value is None else float(value)
 
 
+def engine_seconds(run: TrialResult) -> float:
+    """What a run spent on its engine (start-up, rollout, sleep: from the engine's start to
+    training's), which a trial reusing another's rollout does not spend."""
+    m = run.metrics
+    if "engine_start_at_s" in m and "train_start_at_s" in m:
+        return max(0.0, m["train_start_at_s"] - m["engine_start_at_s"])
+    return 0.0
+
+
 @dataclass
 class ReplayExecutor:
     """Answers trials from a ``Landscape`` (``RayExecutor``'s interface; see the module
@@ -166,7 +176,10 @@ class ReplayExecutor:
         result = TrialResult.from_dict(dataclasses.asdict(recorded))
         result.trial_id = spec.trial_id
         result.hostname = f"replay:{recorded.hostname}"
-        self.history.append((spec.trial_id, point, result, recorded.wall_s * max(point.gpus, 1)))
+        wall = recorded.wall_s - (engine_seconds(recorded) if spec.reused_rollout else 0.0)
+        if spec.reused_rollout:  # what the trial would have been: the recorded run's train side
+            result.metrics["rollout_reused_from_trial"] = float(spec.reused_rollout["trial"])
+        self.history.append((spec.trial_id, point, result, wall * max(point.gpus, 1)))
         self._ready.append(result)
 
     def wait(self, timeout_s: float) -> list[TrialResult]:

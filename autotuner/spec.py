@@ -395,6 +395,13 @@ class Budget(_Model):
     remeasure_runs: int = Field(
         default=3, ge=2, le=20, description="Runs of each finalist in all, its first included."
     )
+    reuse_rollouts: bool = Field(
+        default=True,
+        description="A one-GPU trial whose rollout knobs and actor offload equal those of a trial "
+        "already measured (its engine saw the same) takes that rollout over instead of starting "
+        "an engine: it only trains, with the sleeping engine's memory held. Finalists' "
+        "re-measurements always run in full.",
+    )
 
     @property
     def finalists(self) -> int:

@@ -46,6 +46,7 @@ from optuna.trial import TrialState
 
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
+from autotuner.knobs import KNOBS
 from autotuner.memory import MemoryModel
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
 from autotuner.samplers import make_sampler
@@ -77,6 +78,22 @@ DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
+
+
+# Train knobs that change what the engine sees beside it: the actor's resident memory.
+ENGINE_SIDE_TRAIN_KNOBS = ("param_offload", "optimizer_offload")
+
+
+def rollout_key(config: dict[str, Any]) -> str:
+    """What decides a trial's rollout: its rollout knobs (and any unknown key) and the
+    actor's offload, which sets the memory resident beside the engine."""
+    kept = {}
+    for path, value in config.items():
+        knob = KNOBS.get(path)
+        if knob is None or knob.trial_field[0] == "rollout" \
+                or knob.trial_field[1] in ENGINE_SIDE_TRAIN_KNOBS:
+            kept[path] = value
+    return config_key(kept)
 
 
 def worst_value(metric: str, direction: str, cap_gib: float | None) -> float:
@@ -290,6 +307,22 @@ class StudyRunner:
             self._finish(TrialResult(tid, "error", error_type="Cancelled",
                                      error_message="the job stopped before this trial got its GPUs"))
 
+    # ------------------------------------------------------------------ rollout reuse
+
+    def _rollout_donor(self, config: dict[str, Any]) -> dict[str, Any] | None:
+        """The rollout side of a measured trial whose engine saw what this config's would
+        (``budget.reuse_rollouts``; see ``trials.runner``), or None."""
+        w = self.spec.workload
+        if not (self.spec.budget.reuse_rollouts and w.measures_rollout and w.measures_train):
+            return None
+        key = rollout_key(config)
+        for rec in self._ran:
+            if (rec.status == "ok" and "engine_asleep_gib" in rec.metrics
+                    and "rollout_makespan_s" in rec.metrics and rollout_key(rec.config) == key):
+                return {"trial": rec.number, "metrics": rec.metrics,
+                        "timings": rec.phase_timings_s}
+        return None
+
     # ------------------------------------------------------------------ GPU admission
 
     def _gpu_capacity(self) -> GpuCapacity | None:
@@ -375,6 +408,8 @@ class StudyRunner:
             return False
         trial_spec = build_trial_spec(self.spec, self.space.arch, config, trial_id, self.device,
                                       self.memory_cap_gib)
+        if repeat_of is None and trial_spec.trial_gpus == 1:
+            trial_spec.reused_rollout = self._rollout_donor(config)
         trial.set_user_attr("config", config)
         trial.set_user_attr("trial_id", trial_id)
         if gpus:

@@ -27,6 +27,11 @@ A rank of a trial over several GPUs (``trials.ranks``) runs the same order with 
 ``RankGroup``: only a replica's leader starts an engine, and the ranks meet between the
 steps above so every GPU holds what verl's holds at each point.
 
+A trial given ``reused_rollout`` (an earlier trial measured the same engine beside the
+same resident actor) starts no engine: it takes over that trial's rollout-side
+measurements (``ADOPTED``) and trains with the memory that trial's sleeping engine kept
+held on the device, so its step is composed as if its own engine had run.
+
 The engine is shut down and the actor released at the end, whatever happened. Peak
 memory is sampled per phase (``startup``, ``rollout``, ``train``, ``wake``:
 ``<phase>_peak_memory_gib``, and ``peak_memory_gib`` over all); ``actor_resident_gib``
@@ -72,6 +77,10 @@ from trials.types import TrialResult, TrialSpec
 log = logging.getLogger(__name__)
 
 KNOWN_PHASES = ("rollout", "train")
+# What a trial reusing another's rollout takes over from it: the engine's metrics (a
+# prefix match) and its parts of the step.
+ADOPTED = ("rollout_", "kv_cache_tokens", "engine_sleep_s", "engine_wake_s",
+           "engine_asleep_gib", "wake_peak_memory_gib", "actor_wake_reload_s")
 LOG_TAIL_CHARS = 12_000
 
 
@@ -155,7 +164,10 @@ class _Trial:
         self.baseline_bytes: int | None = None
         self.rollout = "rollout" in spec.phases
         self.train = "train" in spec.phases
-        self.engine_here = self.rollout and (group is None or group.leader)
+        self.reuse = spec.reused_rollout if self.rollout and group is None else None
+        self.engine_here = self.rollout and not self.reuse and (group is None or group.leader)
+        self.before_engine_gib = 0.0
+        self.held: Any = None  # the reused engine's sleeping memory, held while training
 
     def mark(self, event: str) -> None:
         self.metrics[f"{event}_at_s"] = time.perf_counter() - self.start
@@ -220,6 +232,8 @@ class _Trial:
         if self.train and self.rollout and self.spec.train_probe:
             self.probe_train()
         self.meet("actor_ready")  # every GPU holds its actor before any engine starts
+        if self.reuse:
+            self.adopt_rollout()
         if self.engine_here:
             with self.sampled("startup"):
                 self.start_engine()
@@ -266,6 +280,8 @@ class _Trial:
         with in_phase("startup"):
             self.backend = get_backend(spec.rollout.engine)
             self.check_engine_fits()
+            if spec.device == "cuda":
+                self.before_engine_gib = self.device_used_gib()
             self.mark("engine_start")
             startup_s = self.backend.start(spec, self.dtype)
         self.metrics["engine_startup_s"] = self.timings["startup"] = startup_s
@@ -322,11 +338,39 @@ class _Trial:
             with in_phase("engine_sleep"):
                 self.timings["engine_sleep"] = self.backend.sleep()
             self.metrics["engine_sleep_s"] = self.timings["engine_sleep"]
+            if self.spec.device == "cuda":  # what the sleeping engine keeps, for reuse
+                kept = self.device_used_gib() - self.before_engine_gib
+                self.metrics["engine_asleep_gib"] = max(0.0, kept)
             self.mark("engine_released")
             return "asleep"
         self.shutdown_engine()  # no sleep mode (vLLM on CPU): its memory goes with it
+        self.metrics["engine_asleep_gib"] = 0.0
         self.mark("engine_released")
         return "gone"
+
+    def adopt_rollout(self) -> None:
+        """Take over the rollout side another trial measured (``reused_rollout``)."""
+        reuse = self.reuse or {}
+        donor = reuse.get("metrics", {})
+        self.metrics.update({k: float(v) for k, v in donor.items()
+                             if k.startswith(ADOPTED) and not k.endswith("_at_s")})
+        self.metrics["rollout_reused_from_trial"] = float(reuse.get("trial", -1))
+        for part in ("engine_wake", "rollout", "engine_sleep"):
+            if part in reuse.get("timings", {}):
+                self.timings[part] = float(reuse["timings"][part])
+        wake_reload = float(donor.get("actor_wake_reload_s", 0.0))
+        if wake_reload:
+            self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + wake_reload
+        for key in ("rollout_peak_memory_gib", "wake_peak_memory_gib"):
+            if key in self.metrics:
+                self.peaks.append(self.metrics[key])
+        asleep = float(donor.get("engine_asleep_gib", 0.0))
+        if asleep > 0 and self.spec.device == "cuda" and self.spec.rollout.free_cache_engine:
+            import torch
+
+            with in_phase("engine_sleep"):
+                self.held = torch.empty(int(asleep * (1 << 30)), dtype=torch.uint8,
+                                        device=self.actor.device if self.actor else "cuda")
 
     # 4. train
     def train_phase(self, engine_resident: bool) -> None:
@@ -375,6 +419,7 @@ class _Trial:
                 if backend is not None:
                     wake_s += backend.wake_up(["kv_cache"])
             self.meet("awake")
+        self.metrics["actor_wake_reload_s"] = reload_s
         self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
         self.metrics["actor_reload_s"] = self.timings["actor_reload"]
         if asleep:
@@ -385,6 +430,7 @@ class _Trial:
     def release(self) -> None:
         if self.backend is not None:
             self.shutdown_engine()
+        self.held = None
         if self.actor is not None:
             from trials.actor_state import release
 

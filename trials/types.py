@@ -107,6 +107,12 @@ class TrialSpec:
     # After one rank failed, how long the others get to stop by themselves before they are
     # killed (a rank blocked in a collective with a dead peer never stops).
     rank_grace_s: float = 30.0
+    # The rollout side measured by an earlier trial whose engine saw exactly what this one's
+    # would (same rollout knobs, same actor resident beside it): {"trial": its number,
+    # "metrics": ..., "timings": ...}. The engine is not started; its measurements are
+    # taken over, and the memory its sleeping engine kept (``engine_asleep_gib``) is held
+    # on the device while this trial trains (``trials.runner``). One GPU only.
+    reused_rollout: dict[str, Any] | None = None
     # Cap on the memory one device may use (GiB). On CPU it is enforced as a real
     # allocation limit on the trial process; None means the device's own capacity.
     device_memory_cap_gib: float | None = None
