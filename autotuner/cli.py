@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks, open_study
 from autotuner.summary import THROUGHPUT, JobSummary, best, front, runs_of
 from storage import JobRecord, StorageError
+from trials.launcher import engine_fix
 
 if TYPE_CHECKING:
     import httpx
@@ -310,10 +312,12 @@ def models() -> None:
                       f"heads={arch.num_attention_heads}/{arch.num_key_value_heads}")
 
 
-def _engine_importable(module: str, python: str) -> tuple[bool, str]:
+def _engine_importable(module: str, python: str, env: dict[str, str] | None = None) -> tuple[bool, str]:
     probe = f"import {module}; print({module}.__version__)"
+    child_env = {**os.environ, **(env or {})}
     try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=180)
+        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=180,
+                             env=child_env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     if out.returncode == 0:
@@ -329,10 +333,19 @@ def doctor() -> None:
     gpus = hardware.gpus()
     console.print(f"GPUs: {', '.join(f'{g.name} ({g.memory_gib:.0f} GiB)' for g in gpus) or 'none'}"
                   f" -> trials run on {'cuda' if gpus else hardware.describe_cpu()}")
-    python = settings.trial_python or sys.executable
+    # Each engine in the environment its trials get (AUTOTUNER_ENGINE_PYTHON__<ENGINE>,
+    # AUTOTUNER_ENGINE_PYTHONPATH__<ENGINE>); only vLLM, the default engine, is required.
     for module in ("torch", "vllm", "sglang"):
-        good, detail = _engine_importable(module, python)
-        console.print(f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'}")
+        engine = "vllm" if module == "torch" else module
+        python = settings.python_for(engine) or sys.executable
+        pythonpath = settings.engine_pythonpath.get(engine)
+        env = {"PYTHONPATH": pythonpath} if pythonpath else None
+        good, detail = _engine_importable(module, python, env)
+        where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
+        console.print(f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'}"
+                      f" (in {where})", markup=False)
+        if not good and module == "sglang":
+            console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
         ok &= good or module == "sglang"
     try:
         ctx = JobContext.open(settings)

@@ -42,3 +42,9 @@ class ExportError(AutotunerError):
 
 class RayUnavailableError(AutotunerError):
     """Raised when the Ray cluster named by AUTOTUNER_RAY_ADDRESS cannot be joined."""
+
+
+class EngineUnavailableError(AutotunerError):
+    """Raised when a job's trials cannot run its rollout engine: the trials' Python does not
+    find the engine's package (the message names the settings that point the trials at an
+    environment that has it), or the engine does not run on the job's device."""

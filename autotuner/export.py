@@ -5,6 +5,13 @@ plus the keys the workload fixes and verl v0.9.0 needs to accept the config unch
 (../shared/reference/verl-knobs.md section 3c). ``to_yaml`` and ``to_overrides`` only
 format that dict. The output is a partial config: model path, data files and algorithm
 stay the user's, so it is merged into their verl config or passed as overrides.
+
+An SGLang job's config follows verl's rules for SGLang: ``rollout.name: sglang``, no
+``max_num_batched_tokens`` (verl does not pass it; a config that has one says so in its
+header), the chunk size as ``rollout.engine_kwargs.sglang.chunked_prefill_size`` (Hydra:
+``+``, a key absent from verl's YAML), ``gpu_memory_utilization`` and ``max_num_seqs``
+under verl's names (verl maps them to ``mem_fraction_static`` and
+``max_running_requests``).
 """
 
 from __future__ import annotations
@@ -46,7 +53,6 @@ _MICRO_KEYS = (
     REF + "log_prob_micro_batch_size_per_gpu",
 )
 _TOKEN_KEYS = (A + "ppo_max_token_len_per_gpu", R + "log_prob_max_token_len_per_gpu")
-_MNBT = R + "max_num_batched_tokens"
 _MAX_NUM_SEQS = R + "max_num_seqs"
 _MAX_NUM_SEQS_V090 = 256  # verl v0.9.0's YAML default (its dataclass says 1024)
 _USAGE = [
@@ -84,8 +90,8 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
     # verl v0.9.0 drops a False here and vLLM keeps chunked prefill on; never pretend otherwise.
     if out.get(R + "enable_chunked_prefill") is False:
         del out[R + "enable_chunked_prefill"]
-    if w.engine == "sglang":
-        out.pop(_MNBT, None)  # verl does not pass it to SGLang
+    for key in _not_for_engine(out, w.engine):  # e.g. max_num_batched_tokens for SGLang
+        del out[key]
     # Its default flipped 1024 <-> 256 across verl releases: always say which one was measured.
     out.setdefault(_MAX_NUM_SEQS, _MAX_NUM_SEQS_V090)
     out.update({
@@ -101,6 +107,12 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         "trainer.nnodes": c.nnodes,
     })
     return out
+
+
+def _not_for_engine(config: dict[str, Any], engine: str) -> list[str]:
+    """The knobs of ``config`` that verl does not pass to ``engine`` (a config measured
+    before the engine had its own counterpart)."""
+    return sorted(k for k in config if k in KNOBS and engine not in KNOBS[k].engines)
 
 
 def hydra_plus(key: str) -> bool:
@@ -138,11 +150,13 @@ def _header_lines(config: dict[str, Any], spec: JobSpec, header: dict[str, Any])
         lines += [f"  {_one_line(name)}: {_figure(v)}" for name, v in sorted(metrics.items())]
     extra = sorted(set(header) - {"job", "trial", "device", "date", "metrics"})
     lines += [f"{_one_line(k)}: {_one_line(header[k])}" for k in extra]
-    if w.engine == "sglang" and _MNBT in config:
-        lines += [
-            f"not emitted: {_MNBT}={config[_MNBT]}: verl does not pass it to SGLang",
-            "  (SGLang's counterpart is engine_kwargs.sglang.chunked_prefill_size).",
-        ]
+    for key in _not_for_engine(config, w.engine):
+        counterpart = [k.path for k in KNOBS.values()
+                       if w.engine in k.engines and k.trial_field == KNOBS[key].trial_field]
+        lines.append(f"not emitted: {key}={_one_line(config[key])}: verl does not pass it to "
+                     f"{w.engine}")
+        if counterpart:
+            lines.append(f"  ({w.engine}'s counterpart is {counterpart[0]}).")
     lines += _USAGE
     return lines
 

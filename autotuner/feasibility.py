@@ -2,7 +2,8 @@
 
 With every other knob equal, a larger ``gpu_memory_utilization`` (the engine's budget
 beside the actor, less headroom outside it), ``max_num_seqs`` and
-``max_num_batched_tokens`` (more of that budget for activations and the sampler), a
+``max_num_batched_tokens`` or SGLang's ``chunked_prefill_size`` (more of that budget for
+activations and the sampler), a
 larger micro-batch or token budget (more activations and logits) never need less memory
 in any phase. So a measured OOM rules out every config at least as large in all of them
 ("its larger neighbours"), and a success rules in every config at most as large.
@@ -18,23 +19,30 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.knobs import A, R
+from autotuner.knobs import SGLANG_KWARGS, A, R
 from autotuner.records import TrialRecord
 
 MEMORY_KNOBS = (
     R + "gpu_memory_utilization",
     R + "max_num_seqs",
     R + "max_num_batched_tokens",
+    SGLANG_KWARGS + "chunked_prefill_size",
     A + "ppo_micro_batch_size_per_gpu",
     R + "log_prob_micro_batch_size_per_gpu",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
     A + "ppo_max_token_len_per_gpu",
     R + "log_prob_max_token_len_per_gpu",
 )
-# OOMs of a KV cache too small for the engine's needs: a larger budget would help.
+# OOMs of a KV cache too small for the engine's needs: a larger budget would help. vLLM
+# refuses to start; SGLang refuses (its weights fill the budget), aborts a request it
+# cannot fit, refuses a prompt longer than its pool, or cuts requests short
+# (``KvCacheExhausted``).
 KV_SHORTAGE = re.compile(
     r"No available memory for the cache blocks|larger than the available KV cache memory|"
-    r"Cannot auto-fit max_model_len|insufficient KV cache|less than requested memory for kv",
+    r"Cannot auto-fit max_model_len|insufficient KV cache|less than requested memory for kv|"
+    r"KvCacheExhausted|Not enough memory\. Please try to increase --mem-fraction-static|"
+    r"Loaded weights leave no GPU memory for the KV cache|Out of memory even after retracting|"
+    r"exceeds the maximum allowed length|Memory pool size is too small",
     re.IGNORECASE,
 )
 

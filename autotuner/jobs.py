@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from typing import Literal
 import optuna
 
 from autotuner import hardware
-from autotuner.errors import AutotunerError, JobBusyError
+from autotuner.errors import AutotunerError, EngineUnavailableError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
 from autotuner.records import TrialRecord, records
 from autotuner.recovery import RepeatedErrorBreaker, database_unavailable, retry_interrupted
@@ -29,6 +30,7 @@ from autotuner.spec import JobSpec, parse_job_spec
 from autotuner.study import BREAKER_PREFIX, RunHooks, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
 from storage import Database, DatabaseUnavailableError, JobNotOwnedError, JobRecord, JobStore
+from trials.launcher import engine_fix, engine_importable
 from trials.types import TrialResult
 
 log = logging.getLogger(__name__)
@@ -80,6 +82,29 @@ def build_space(spec: JobSpec, device: Literal["cuda", "cpu"], settings: Setting
     return SearchSpace.build(spec, arch, device)
 
 
+def check_engine_environment(spec: JobSpec, device: str, settings: Settings) -> None:
+    """Refuse, before any trial, a job whose trials could not run its rollout engine.
+
+    Checked where the trials run: on this host when Ray is local (the trials' Python finds
+    the engine's package; nothing is imported here); on a Ray cluster each trial's launcher
+    checks on its node instead (``TrialLaunchError``, an infrastructure failure).
+    """
+    engine = spec.workload.engine
+    if not spec.workload.measures_rollout:
+        return
+    if engine == "sglang" and device != "cuda":
+        raise EngineUnavailableError(
+            f"workload.engine: sglang runs on CUDA GPUs only, and this job's trials run on "
+            f"{device}; use engine vllm there, or run the job where NVML sees a GPU"
+        )
+    if settings.ray_address:
+        return
+    python = settings.python_for(engine) or sys.executable
+    missing = engine_importable(engine, python, settings.trial_env_for(engine))
+    if missing is not None:
+        raise EngineUnavailableError(f"workload.engine: {missing}; {engine_fix(engine)}")
+
+
 SHUTDOWN_STOP_REASON = "shutdown"
 
 
@@ -126,11 +151,13 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
     job = ctx.store.get(job_id)
     spec = ctx.spec_of(job)
     settings = ctx.settings
-    executor = _StoppableExecutor(stopping, trial_python=settings.trial_python,
-                                  trial_env=settings.trial_env())
+    engine = spec.workload.engine
+    executor = _StoppableExecutor(stopping, trial_python=settings.python_for(engine),
+                                  trial_env=settings.trial_env_for(engine))
     try:
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
+        check_engine_environment(spec, device, settings)
         study = open_study(spec, job.study_name, settings.resolved_database_url)
         interrupted = recover_interrupted(study, space)
         if interrupted:

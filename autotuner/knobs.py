@@ -108,6 +108,13 @@ class Knob:
     applies: Callable[[SpaceContext, dict[str, Any]], bool] = lambda ctx, cfg: True
     # A key absent from verl's YAML needs Hydra's "+" prefix.
     hydra_plus: bool = False
+    # The rollout engines verl passes the knob to; for the others it is not searched,
+    # not exported and not accepted in a job's search section.
+    engines: tuple[str, ...] = ("vllm", "sglang")
+
+    def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+        """Whether the knob reaches a config: the job's engine takes it and it applies."""
+        return ctx.workload.engine in self.engines and self.applies(ctx, cfg)
 
 
 def _static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
@@ -128,6 +135,7 @@ def _graphs(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
 
 R = "actor_rollout_ref.rollout."
 A = "actor_rollout_ref.actor."
+SGLANG_KWARGS = R + "engine_kwargs.sglang."
 
 _TABLE: list[Knob] = [
     Knob(R + "gpu_memory_utilization", "float", "rollout",
@@ -137,7 +145,15 @@ _TABLE: list[Knob] = [
     Knob(R + "max_num_batched_tokens", "int", "rollout",
          "Token budget of one engine step (prefill chunk size).",
          ("rollout", "max_num_batched_tokens"), _mnbt, 8192,
-         vllm_arg="max_num_batched_tokens", sglang_arg=None),
+         vllm_arg="max_num_batched_tokens", engines=("vllm",)),
+    # verl passes no max_num_batched_tokens to SGLang; its counterpart is this raw engine
+    # argument. It travels in the trial's max_num_batched_tokens field (the engine's tokens
+    # per step), which the SGLang backend passes as chunked_prefill_size. Baseline: what
+    # SGLang picks itself on a GPU of 60-160 GiB (H100, H200), verl setting nothing.
+    Knob(SGLANG_KWARGS + "chunked_prefill_size", "int", "rollout",
+         "Token budget of one SGLang prefill chunk (engine_kwargs.sglang.chunked_prefill_size).",
+         ("rollout", "max_num_batched_tokens"), _mnbt, 8192,
+         sglang_arg="chunked_prefill_size", hydra_plus=True, engines=("sglang",)),
     Knob(R + "max_num_seqs", "int", "rollout",
          "Most sequences the engine runs concurrently.",
          ("rollout", "max_num_seqs"), _mns, 256,

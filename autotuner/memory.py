@@ -7,7 +7,8 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   and AdamW's two moments (8 B/param), each unless offloaded; then the engine beside it,
   which takes ``gpu_memory_utilization * capacity`` (weights, activations, KV cache) and,
   with CUDA graphs, their pool outside that budget. vLLM refuses to start when that budget
-  does not fit beside what the device holds already.
+  does not fit beside what the device holds already. SGLang takes that fraction of the
+  memory free when it starts (``engine_budget_gib``), so it always fits beside the actor.
 - ``train_probe`` (``TrialSpec.train_probe``): the train sub-phases' largest micro-batches
   run between the actor's build and the engine's start, with nothing else on the device.
 - ``rollout``: the same residents (the KV cache is allocated at start-up).
@@ -177,6 +178,16 @@ def prediction_errors(predicted: dict[str, float], measured: dict[str, float]) -
     return {p: round(measured[p] - predicted[p], 4) for p in predicted if p in measured}
 
 
+def engine_budget_gib(engine: str, fraction: float, capacity_gib: float, held_gib: float) -> float:
+    """The rollout engine's static budget (weights + KV cache) on a device of ``capacity_gib``
+    holding ``held_gib`` when the engine starts: vLLM's ``gpu_memory_utilization`` is a
+    fraction of the whole device, SGLang's ``mem_fraction_static`` (verl passes the same
+    value) a fraction of what is free."""
+    if engine == "sglang":
+        return fraction * max(0.0, capacity_gib - held_gib)
+    return fraction * capacity_gib
+
+
 def fit(pairs: list[tuple[float, float]]) -> Correction:
     """A correction from (physics, measured) pairs: the median offset, or a least-squares
     line once three points span at least 1.3x in physics (its slope kept in [0.5, 2])."""
@@ -284,8 +295,9 @@ class MemoryModel:
         context = k.cuda_context_gib if cuda else 0.0
         graphs = k.cuda_graph_pool_gib if cuda and rollout and not r.enforce_eager else 0.0
         capacity = self.capacity_gib or 0.0
-        budget = r.gpu_memory_utilization * capacity if rollout else 0.0
         engine_context = context if rollout else 0.0
+        budget = engine_budget_gib(r.engine, r.gpu_memory_utilization, capacity,
+                                   context + actor + engine_context) if rollout else 0.0
         components = {"params_gib": params, "grads_gib": grads, "optimizer_gib": optimizer,
                       "actor_gib": actor, "cuda_context_gib": context + engine_context,
                       "cuda_graph_pool_gib": graphs}

@@ -1,8 +1,10 @@
 """verl's (and the engines') rules that reject a config, checked before anything runs.
 
 Rule ids follow ../shared/reference/verl-knobs.md section 3 (S* at start-up, R* at worker
-init); ``V*`` are vLLM's own start-up checks. ``violations`` looks at a flat config keyed
-by verl Hydra paths, as the search space proposes and the exporter writes it.
+init); ``V*`` are vLLM's own start-up checks, ``G*`` SGLang's. A knob verl does not pass
+to the job's engine (``Knob.engines``) is never in its configs. ``violations`` looks at a
+flat config keyed by verl Hydra paths, as the search space proposes and the exporter
+writes it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from autotuner.knobs import A, R
+from autotuner.knobs import SGLANG_KWARGS, A, R
 from autotuner.spec import Cluster, ModelArch, Workload
 
 
@@ -85,6 +87,10 @@ def violations(
     if workload.engine == "vllm" and mnbt < mns:
         bad("V2", R + "max_num_batched_tokens",
             f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns})")
+    chunk = config.get(SGLANG_KWARGS + "chunked_prefill_size")
+    if workload.engine == "sglang" and chunk is not None and int(chunk) < 1 and int(chunk) != -1:
+        bad("G1", SGLANG_KWARGS + "chunked_prefill_size",
+            f"{chunk} is neither a positive chunk size nor -1 (chunked prefill off)")
     max_model_len = config.get(R + "max_model_len")
     if max_model_len is not None and int(max_model_len) > arch.max_position_embeddings:
         bad("R4", R + "max_model_len", f"{max_model_len} exceeds max_position_embeddings "

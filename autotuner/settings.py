@@ -8,7 +8,7 @@ from functools import cache
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -24,7 +24,7 @@ def _is_loopback(host: str) -> bool:
 class Settings(BaseSettings):
     """Every setting has a safe embedded default: SQLite file, local Ray, loopback bind."""
 
-    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="AUTOTUNER_", extra="ignore", env_nested_delimiter="__")
 
     data_dir: Path = Field(
         default_factory=lambda: Path(platformdirs.user_data_dir("autotuner")),
@@ -40,6 +40,18 @@ class Settings(BaseSettings):
     models_dir: Path | None = Field(default=None, description="Root for models given as paths.")
     trial_python: str | None = Field(
         default=None, description="Python that runs trials (an engine's environment); default: ours."
+    )
+    engine_python: dict[str, str] = Field(
+        default_factory=dict,
+        description="Python that runs the trials of one engine's jobs, by engine, e.g. "
+        "AUTOTUNER_ENGINE_PYTHON__SGLANG=/opt/sglang/bin/python (the engines pin different "
+        "versions of shared packages: one environment each); default: trial_python.",
+    )
+    engine_pythonpath: dict[str, str] = Field(
+        default_factory=dict,
+        description="PYTHONPATH of the trials of one engine's jobs, by engine, replacing the one "
+        "inherited (a folder the engine's wheels were installed into with pip --target), e.g. "
+        "AUTOTUNER_ENGINE_PYTHONPATH__SGLANG=/opt/site-sglang; this repository always comes first.",
     )
     compile_cache_dir: Path | None = Field(
         default=None,
@@ -72,6 +84,22 @@ class Settings(BaseSettings):
         description="Largest budget.max_minutes a job submitted over HTTP may ask.",
     )
 
+    @field_validator("engine_python", "engine_pythonpath")
+    @classmethod
+    def _known_engines(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        from trials.rollout import BACKENDS  # names only: no engine is imported
+
+        variable = f"AUTOTUNER_{(info.field_name or '').upper()}"
+        for engine, path in value.items():
+            if engine not in BACKENDS:
+                raise ValueError(
+                    f"{variable}__{engine.upper()}: unknown engine {engine!r}; engines: "
+                    + ", ".join(sorted(BACKENDS))
+                )
+            if not path.strip():
+                raise ValueError(f"{variable}__{engine.upper()} is empty; give a path or unset it")
+        return value
+
     @model_validator(mode="after")
     def _safe_bind(self) -> Settings:
         if not _is_loopback(self.host) and self.api_token is None:
@@ -99,6 +127,18 @@ class Settings(BaseSettings):
         dirs = {"VLLM_CACHE_ROOT": root / "vllm", "TORCHINDUCTOR_CACHE_DIR": root / "inductor",
                 "TRITON_CACHE_DIR": root / "triton"}
         return {name: str(path) for name, path in dirs.items() if name not in os.environ}
+
+    def python_for(self, engine: str) -> str | None:
+        """The Python that runs trials of ``engine`` (None: the tuner's own)."""
+        return self.engine_python.get(engine) or self.trial_python
+
+    def trial_env_for(self, engine: str) -> dict[str, str]:
+        """``trial_env`` plus, where one is set, the engine's own ``PYTHONPATH``."""
+        env = self.trial_env()
+        pythonpath = self.engine_pythonpath.get(engine)
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
+        return env
 
     @property
     def resolved_database_url(self) -> str:

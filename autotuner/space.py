@@ -56,6 +56,7 @@ class SearchSpace:
         space = cls(spec, arch, device)
         ctx = space.context
         measured = {"rollout": spec.workload.measures_rollout, "train": spec.workload.measures_train}
+        space._check_engine_knobs()
         for path, knob in KNOBS.items():
             override = spec.search.get(path)
             if override is not None and override.fixed is not None:
@@ -73,6 +74,18 @@ class SearchSpace:
         space._check_fixed()
         return space
 
+    def _check_engine_knobs(self) -> None:
+        """A knob verl does not pass to the job's engine cannot be searched or fixed for it."""
+        engine = self.spec.workload.engine
+        for path in self.spec.search:
+            knob = KNOBS[path]
+            if engine not in knob.engines:
+                instead = [k.path for k in KNOBS.values()
+                           if engine in k.engines and k.trial_field == knob.trial_field]
+                hint = f"; its counterpart for {engine} is {instead[0]}" if instead else ""
+                raise SpecError(f"search.{path}", f"verl does not pass this knob to {engine} "
+                                f"(only to {', '.join(knob.engines)}){hint}")
+
     def _drop_inapplicable(self) -> None:
         """A searched knob that applies under no choice of the searched switches (e.g. the ref
         micro-batch without use_kl_loss, token budgets with use_dynamic_bsz fixed off) is
@@ -83,7 +96,7 @@ class SearchSpace:
         for path in switches:
             variants = [v | {path: b} for v in variants for b in (False, True)]
         for path in list(self.searched):
-            if not any(KNOBS[path].applies(ctx, v) for v in variants):
+            if not any(KNOBS[path].relevant(ctx, v) for v in variants):
                 self.fixed[path] = self.searched.pop(path)[0]
 
     def _coerce(self, knob: Knob, value: Any, what: str) -> Any:
@@ -173,7 +186,7 @@ class SearchSpace:
     def _prune(self, config: dict[str, Any]) -> dict[str, Any]:
         """Drop knobs that do not apply to this config (micro-batches under dynamic bsz, ...)."""
         ctx = self.context
-        return {p: v for p, v in config.items() if p not in KNOBS or KNOBS[p].applies(ctx, config)}
+        return {p: v for p, v in config.items() if p not in KNOBS or KNOBS[p].relevant(ctx, config)}
 
     def full_config(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fixed values, then the sampled params, then derived keys; inapplicable knobs dropped."""
@@ -185,7 +198,7 @@ class SearchSpace:
         partial: dict[str, Any] = dict(self.fixed)
         for path, values in self.searched.items():
             knob = KNOBS[path]
-            if not knob.applies(ctx, partial):
+            if not knob.relevant(ctx, partial):
                 continue
             partial[path] = trial.suggest_categorical(path, values)
         config = self.full_config({p: partial[p] for p in self.searched if p in partial})
@@ -194,7 +207,10 @@ class SearchSpace:
     def describe(self) -> list[dict[str, Any]]:
         """One row per knob: how it is treated, for the CLI and the API."""
         rows = []
+        engine = self.spec.workload.engine
         for path in KNOBS:
+            if engine not in KNOBS[path].engines:
+                continue
             if path in self.searched:
                 rows.append({"knob": path, "searched": True, "values": self.searched[path]})
             else:

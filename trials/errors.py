@@ -23,6 +23,14 @@ class GenerationMismatch(TrialError):
     """Raised when the engine generated a different number of tokens than a request asked for."""
 
 
+class KvCacheExhausted(GenerationMismatch):
+    """Raised when requests came back short because the engine's KV cache could not hold
+    them: SGLang, short of KV cache, cuts ``max_new_tokens`` to what its pool holds or aborts
+    a request, and returns what it has without failing. A budget too small for the
+    workload, so it is recorded as ``oom`` (``failures``), never as a fast success; a
+    larger ``gpu_memory_utilization`` would help, so it rules out no larger config."""
+
+
 class ConfigRejected(TrialError):
     """Raised when a knob combination cannot run at all (e.g. a sequence longer than the
     dynamic-batching token budget), mirroring the check verl itself makes."""

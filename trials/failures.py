@@ -11,7 +11,7 @@ Engines often fail one level removed: vLLM's front end raises "Engine core
 initialization failed. See root cause above." while the real reason is in the engine
 process's log. For those wrapper errors (``WRAPPER_PATTERNS``) the captured log text is
 searched too. Texts below are the ones the engines, NCCL, the driver and the allocators
-really print (vLLM 0.24/0.32, SGLang 0.5, PyTorch 2.x, NCCL 2.x, glibc).
+really print (vLLM 0.24/0.32, SGLang 0.5.17, PyTorch 2.x, NCCL 2.x, glibc).
 """
 
 from __future__ import annotations
@@ -64,8 +64,17 @@ PATTERNS: tuple[Rule, ...] = (
     Rule(r"larger than the available KV cache memory", OOM),
     Rule(r"Cannot auto-fit max_model_len: not enough GPU memory", OOM),
     Rule(r"insufficient KV cache", OOM),
-    # SGLang start-up refusal.
+    # SGLang: start-up refusals (its KV pool is what mem_fraction_static leaves after the
+    # weights), and the KV cache running out while it generates (``KvCacheExhausted``:
+    # requests cut short, see ``trials.rollout.phase``).
     Rule(r"Not enough memory\. Please try to increase --mem-fraction-static", OOM),
+    Rule(r"Loaded weights leave no GPU memory for the KV cache", OOM),
+    Rule(r"Not enough GPU memory for hybrid", OOM),
+    Rule(r"state cache is too small to serve any requests", OOM),
+    Rule(r"Memory pool size is too small", OOM),
+    Rule(r"Input length \(\d+ tokens\) exceeds the maximum allowed length", OOM),  # > the pool
+    Rule(r"Out of memory even after retracting", OOM),
+    Rule(r"\bKvCacheExhausted\b", OOM),
     # NCCL (collectives of the actor's process group or of a tensor-parallel engine).
     Rule(r"NCCL error", ERROR, NCCL_ERROR),
     Rule(r"\bnccl[A-Z]\w*Error\b", ERROR, NCCL_ERROR),  # ncclSystemError, ncclUnhandledCudaError
@@ -88,6 +97,19 @@ WRAPPER_PATTERNS: tuple[str, ...] = (
     r"See root cause above",
     r"Scheduler hit an exception",  # SGLang
     r"Rank \d+ scheduler is dead",  # SGLang
+    r"Rank \d+ scheduler died during initialization",  # SGLang
+    r"Initialization failed\. Please see the error messages above",  # SGLang
+    r"see the engine's log",  # trials.rollout.sglang: SGLang signalled a failed child
+)
+
+# What an engine logs when its KV cache ran out under the requests (SGLang retracts
+# requests, then aborts the last one it cannot fit). With requests that came back short,
+# any of these says why: ``KvCacheExhausted`` rather than a plain ``GenerationMismatch``.
+KV_EXHAUSTION_PATTERNS: tuple[str, ...] = (
+    r"Out of memory even after retracting",
+    r"retract_decode: aborted last request",
+    r"KV cache pool is full\. Retract requests",
+    r"Request length is longer than the KV cache pool size",
 )
 
 # Case matters where NCCL spells its error codes in camel case (``ncclSystemError``).
@@ -97,6 +119,7 @@ _COMPILED = tuple(
     for r in PATTERNS
 )
 _WRAPPERS = tuple(re.compile(p, re.IGNORECASE) for p in WRAPPER_PATTERNS)
+_KV_EXHAUSTION = tuple(re.compile(p) for p in KV_EXHAUSTION_PATTERNS)
 
 
 def match_text(text: str) -> Rule | None:
@@ -111,6 +134,15 @@ def classify_text(text: str) -> str | None:
     """The status of the first table row matching ``text``, or None."""
     rule = match_text(text)
     return rule.status if rule is not None else None
+
+
+def kv_exhaustion_marker(text: str) -> str | None:
+    """The last line of ``text`` saying that the KV cache ran out (see
+    ``KV_EXHAUSTION_PATTERNS``), or None."""
+    for line in reversed(text.splitlines()):
+        if any(p.search(line) for p in _KV_EXHAUSTION):
+            return line.strip()
+    return None
 
 
 def exception_text(exc: BaseException) -> str:

@@ -5,6 +5,9 @@ group), so the engine's processes can be killed with it. Spec, result and progre
 travel through files in a temporary directory; stdout and stderr go to a log file whose
 tail ends up in the result. Outcomes:
 
+- the trial's Python cannot be run, or (a trial with a rollout) does not find its
+  engine's package (``engine_importable``): status ``error``, ``TrialLaunchError`` (a
+  failure of the environment, not of the config), without starting the trial;
 - the process wrote a result: that result (its ``log_tail`` filled from the log when
   it failed without one);
 - the deadline passed: the group gets SIGTERM, then SIGKILL after ``grace_s``; status
@@ -38,6 +41,7 @@ from pathlib import Path
 
 from trials.failures import OOM, match_text
 from trials.memory import gpu_readings
+from trials.rollout import BACKENDS
 from trials.types import TrialResult, TrialSpec
 
 LOG_TAIL_CHARS = 12_000
@@ -46,6 +50,12 @@ DEATH_NOTE_CHARS = 2_000
 SWEEP_WAIT_S = 10.0
 AFTER_WAIT_S = 5.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
+ENGINE_PROBE_TIMEOUT_S = 60.0
+_NOT_FOUND = 3
+_FIND_PACKAGE = (
+    "import importlib.util, sys; "
+    f"sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else {_NOT_FOUND})"
+)
 
 
 def launch_trial(
@@ -90,9 +100,16 @@ def _launch(
         "--progress",
         str(progress_path),
     ]
+    child_env = _child_env(extra_env)
+    if "rollout" in spec.phases and spec.rollout.engine in BACKENDS:
+        missing = engine_importable(spec.rollout.engine, python, extra_env, cwd=workdir)
+        if missing is not None:  # every trial of this environment would fail alike: nothing ran
+            return TrialResult(
+                spec.trial_id, "error", phase="startup", error_type="TrialLaunchError",
+                error_message=f"{missing}; {engine_fix(spec.rollout.engine)}",
+            )
     oom_kills_before = _cgroup_oom_kills()
     start, started_at = time.monotonic(), time.time()
-    child_env = _child_env(extra_env)
     with open(log_path, "wb") as log_file:
         try:
             proc = subprocess.Popen(
@@ -108,7 +125,7 @@ def _launch(
             return TrialResult(
                 spec.trial_id, "error", phase="startup", error_type="TrialLaunchError",
                 error_message=f"cannot start the trial with {python!r}: {exc}; check "
-                "AUTOTUNER_TRIAL_PYTHON or the engine's environment",
+                "AUTOTUNER_TRIAL_PYTHON (or AUTOTUNER_ENGINE_PYTHON__<ENGINE>)",
             )
     timed_out = False
     try:
@@ -147,6 +164,40 @@ def _launch(
     result.started_at = started_at  # [started_at, started_at + wall_s]: the process's life
     result.visible_gpus = child_env.get("CUDA_VISIBLE_DEVICES")
     return result
+
+
+def engine_importable(
+    engine: str, python: str = sys.executable, env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> str | None:
+    """What is wrong when ``python``, in the environment a trial gets (``env`` added to
+    this process's, this package first on ``PYTHONPATH``), cannot be run or does not find
+    the package of ``engine`` (the engine's name); else None, also when the probe fails
+    otherwise (the trial then says what it is). The package is found, not imported: this
+    runs in the control plane too, which must not import an engine (and a separate
+    process answers for the trial's environment, not this one's)."""
+    child_env = _child_env(env or {})
+    try:
+        probe = subprocess.run(
+            [python, "-c", _FIND_PACKAGE, engine], env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=ENGINE_PROBE_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run the trials' Python {python!r}: {exc}"
+    if probe.returncode != _NOT_FOUND:
+        return None
+    where = f"{python} (PYTHONPATH={child_env.get('PYTHONPATH', '')})"
+    return f"the rollout engine {engine!r} is not importable by {where}"
+
+
+def engine_fix(engine: str) -> str:
+    """How to give the trials of ``engine`` an environment that has it."""
+    name = engine.upper()
+    return (f"install {engine} for that Python, or point the trials of {engine} jobs at an "
+            f"environment that has it: AUTOTUNER_ENGINE_PYTHON__{name}=/path/to/venv/bin/python "
+            f"(its interpreter) and/or AUTOTUNER_ENGINE_PYTHONPATH__{name}=/path/to/site (a folder "
+            f"its wheels were installed into with pip --target); AUTOTUNER_TRIAL_PYTHON sets the "
+            "Python of every engine")
 
 
 def _record_gpu_memory_after(result: TrialResult, visible: str | None, clean_gib: float) -> None:

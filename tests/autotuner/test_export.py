@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 import pytest
+import yaml
 
 from autotuner import knobs
 from autotuner.export import (
@@ -23,6 +24,7 @@ from autotuner.space import SearchSpace
 from autotuner.spec import Cluster, JobSpec, Workload
 
 REF = "actor_rollout_ref.ref."
+SGLANG_CHUNK = R + "engine_kwargs.sglang.chunked_prefill_size"
 
 # Keys of verl v0.9.0's ppo_trainer YAML (../shared/reference/verl-knobs.md sections 1, 2, 3c, 9).
 VERL_V090_YAML_KEYS = {
@@ -60,6 +62,8 @@ VERL_V090_PLUS_KEYS = {
     A + "fsdp_config.use_dynamic_bsz", A + "fsdp_config.micro_batch_size_per_gpu",
     A + "fsdp_config.max_token_len_per_gpu", A + "fsdp_config.grad_offload",
     A + "fsdp_config.mixed_precision",
+    # Raw engine arguments, merged last by verl (section 1, engine_kwargs; section 0: "+").
+    R + "engine_kwargs.sglang.chunked_prefill_size",
 }
 MICRO_KEYS = [A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"]
 TOKEN_KEYS = [A + "ppo_max_token_len_per_gpu", R + "log_prob_max_token_len_per_gpu"]
@@ -198,6 +202,7 @@ def test_every_sampled_config_exports_cleanly(name: str) -> None:
         assert flat[A + "use_kl_loss"] is w.use_kl_loss
         assert flat["trainer.n_gpus_per_node"] * flat["trainer.nnodes"] == spec.cluster.world_size
         assert (R + "max_num_batched_tokens" in flat) == (w.engine == "vllm")
+        assert (SGLANG_CHUNK in flat) == (w.engine == "sglang")
         # Left to verl: interpolated or default keys.
         for key in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz",
                     R + "load_format"):
@@ -274,13 +279,35 @@ def test_yaml_is_nested_and_sorted() -> None:
     assert text == to_yaml(dict(reversed(list(config.items()))), spec, HEADER)
 
 
-def test_sglang_leaves_out_max_num_batched_tokens_but_says_so() -> None:
+def test_sglang_exports_its_chunk_size_not_max_num_batched_tokens() -> None:
     spec = WORKLOADS["8gpu-n8-kl-sglang"]
-    config = _sampled_configs(spec, count=5)[0]
-    assert R + "max_num_batched_tokens" in config
+    configs = _sampled_configs(spec, count=40)
+    assert all(R + "max_num_batched_tokens" not in c and SGLANG_CHUNK in c for c in configs)
+    assert len({c[SGLANG_CHUNK] for c in configs}) > 1  # searched, as vLLM's token budget is
+    config = configs[0]
+    flat = verl_config(config, spec)
+    assert flat[R + "name"] == "sglang" and flat[SGLANG_CHUNK] == config[SGLANG_CHUNK]
+    overrides = to_overrides(config, spec, HEADER)
+    assert f"+{SGLANG_CHUNK}={config[SGLANG_CHUNK]}\n" in overrides
+    nested = yaml.safe_load(to_yaml(config, spec, HEADER))["actor_rollout_ref"]["rollout"]
+    assert nested["engine_kwargs"] == {"sglang": {"chunked_prefill_size": config[SGLANG_CHUNK]}}
+    assert nested["name"] == "sglang"
+
+
+def test_a_knob_verl_does_not_pass_to_sglang_is_left_out_but_said() -> None:
+    # A config measured before SGLang had its own chunk-size knob held vLLM's token budget.
+    spec = WORKLOADS["8gpu-n8-kl-sglang"]
+    config = _sampled_configs(spec, count=5)[0] | {R + "max_num_batched_tokens": 4096}
     for text in (to_yaml(config, spec, HEADER), to_overrides(config, spec, HEADER)):
-        assert "max_num_batched_tokens" in _header(text)
-        assert "max_num_batched_tokens" not in text.replace(_header(text), "")
+        header = _header(text)
+        assert "not emitted: " + R + "max_num_batched_tokens=4096" in header
+        assert "counterpart is " + SGLANG_CHUNK in header
+        assert "max_num_batched_tokens" not in text.replace(header, "")
+
+
+def test_vllm_configs_never_carry_the_sglang_knob() -> None:
+    spec = WORKLOADS["4gpu-n8-nokl-vllm"]
+    assert not [c for c in _sampled_configs(spec, count=40) if SGLANG_CHUNK in c]
 
 
 def test_max_num_seqs_is_emitted_even_when_absent() -> None:

@@ -150,3 +150,22 @@ def test_the_fit_is_an_offset_until_three_trials_span_a_range() -> None:
     line = fit([(1.0, 3.0), (2.0, 5.0), (4.0, 9.0)])
     assert line.scale == pytest.approx(2.0) and line.offset_gib == pytest.approx(1.0)
     assert line.apply(3.0) == pytest.approx(7.0)
+
+
+def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200) -> None:
+    spec, arch, _ = h200
+    engines = {e: spec.model_copy(update={"workload": spec.workload.model_copy(update={"engine": e})})
+               for e in ("vllm", "sglang")}
+    startup, budgets = {}, {}
+    for engine, job in engines.items():
+        model = MemoryModel(job, arch, "cuda", H200_GIB)
+        config = SearchSpace.build(job, arch, "cuda").baseline_config() | {
+            R + "gpu_memory_utilization": 0.9, A + "fsdp_config.param_offload": False,
+            A + "fsdp_config.optimizer_offload": False}
+        physics = model.physics_of(config)
+        startup[engine], budgets[engine] = physics.phases["startup"], physics.components
+    held = budgets["sglang"]["actor_gib"] + budgets["sglang"]["cuda_context_gib"]
+    assert budgets["vllm"]["engine_budget_gib"] == pytest.approx(0.9 * H200_GIB)
+    assert budgets["sglang"]["engine_budget_gib"] == pytest.approx(0.9 * (H200_GIB - held))
+    # 0.9 beside an 18 GiB actor: vLLM asks for more than the device has, SGLang does not.
+    assert startup["sglang"] < H200_GIB < startup["vllm"]

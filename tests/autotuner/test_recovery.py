@@ -108,10 +108,14 @@ def test_the_breaker_counts_identical_errors_in_a_row() -> None:
 
 
 def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) -> None:
-    # A missing engine: every trial fails the same way, a config error each time (not infra).
+    # A broken engine environment: the package is there (the job starts), and every trial
+    # fails the same way importing it, a config error each time (not infra).
+    broken = tmp_path / "broken-site"
+    (broken / "vllm").mkdir(parents=True)
+    (broken / "vllm" / "__init__.py").write_text("raise ImportError('this vllm is broken')\n")
     spec = parse_job_spec({
-        "name": "no-engine",
-        "workload": {"model": "tiny", "dtype": "float32", "engine": "sglang", "phases": "rollout",
+        "name": "broken-engine",
+        "workload": {"model": "tiny", "dtype": "float32", "engine": "vllm", "phases": "rollout",
                      "prompt_length": {"kind": "fixed", "value": 16},
                      "response_length": {"kind": "fixed", "value": 16},
                      "max_prompt_length": 16, "max_response_length": 16,
@@ -121,7 +125,8 @@ def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) 
         "budget": {"max_trials": 30, "trial_timeout_s": 120},
         "sampler": "random", "seed": 0,
     })
-    ctx = JobContext.open(Settings(data_dir=tmp_path / "data", ray_num_cpus=2))
+    ctx = JobContext.open(Settings(data_dir=tmp_path / "data", ray_num_cpus=2,
+                                   engine_pythonpath={"vllm": str(broken)}))
     job = ctx.submit(spec)
     ctx.store.claim(job.id, runner_id())
     summary = execute(ctx, job.id)
@@ -130,7 +135,7 @@ def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) 
     assert stored.status == "failed", stored
     assert stored.stop_reason.startswith(
         f"circuit breaker: {SAME_ERROR_IN_A_ROW} trials in a row failed with the same error")
-    assert "UnknownBackend: unknown rollout engine 'sglang'" in stored.error
+    assert "ImportError: this vllm is broken" in stored.error
     assert summary.stop_reason == stored.stop_reason
     study = optuna.load_study(study_name=job.study_name, storage=ctx.settings.resolved_database_url)
     ran = [r for r in records(study) if r.measured]

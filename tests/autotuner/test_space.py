@@ -156,3 +156,22 @@ def test_the_grid_is_every_distinct_runnable_config_the_search_can_propose() -> 
         proposal = space.suggest(study.ask())
         if proposal.valid:
             assert json.dumps(proposal.config, sort_keys=True) in keys
+
+
+def test_sglang_searches_its_chunk_size_and_refuses_vllms_token_budget() -> None:
+    sglang, vllm = dict(WORKLOADS[3][0]), dict(WORKLOADS[3][0], engine="vllm")
+    chunk = R + "engine_kwargs.sglang.chunked_prefill_size"
+    _, space = _space(sglang, WORKLOADS[3][1])
+    assert chunk in space.searched and R + "max_num_batched_tokens" not in space.searched
+    base = space.baseline_config()
+    assert base[chunk] == 8192 and R + "max_num_batched_tokens" not in base
+    assert chunk in {row["knob"] for row in space.describe()}
+    assert R + "max_num_batched_tokens" not in {row["knob"] for row in space.describe()}
+    _, space = _space(vllm, WORKLOADS[3][1])
+    assert chunk not in space.searched and chunk not in space.baseline_config()
+    with pytest.raises(SpecError, match="counterpart for sglang is " + chunk.replace(".", r"\.")):
+        _space(sglang, WORKLOADS[3][1], {R + "max_num_batched_tokens": [4096, 8192]})
+    with pytest.raises(SpecError, match="does not pass this knob to vllm"):
+        _space(vllm, WORKLOADS[3][1], {chunk: 4096})
+    _, space = _space(sglang, WORKLOADS[3][1], {chunk: [2048, 4096]})
+    assert space.searched[chunk] == [2048, 4096]

@@ -97,6 +97,34 @@ print("ok", type(app).__name__)
 """
 
 
+CHECK_AN_ENGINE_BLOCKED = BLOCK_ENGINES.split("import autotuner.api.app")[0] + """
+from autotuner.errors import EngineUnavailableError
+from autotuner.jobs import check_engine_environment
+from autotuner.settings import Settings
+from autotuner.spec import parse_job_spec
+from trials.rollout import BACKENDS
+for engine in sorted(BACKENDS):
+    spec = parse_job_spec({"workload": {"model": "tiny", "engine": engine, "phases": "rollout"},
+                           "cluster": {"device": "cuda"}})
+    try:
+        check_engine_environment(spec, "cuda", Settings())
+        print(engine, "found")
+    except EngineUnavailableError as exc:
+        print(engine, "missing:", exc)
+"""
+
+
+def test_the_control_plane_checks_an_engine_without_importing_it():
+    # Whether a job's trials find their engine is asked of the trials' Python, never of this
+    # process: here both engines' imports are blocked, and the check still answers.
+    run = subprocess.run([sys.executable, "-c", CHECK_AN_ENGINE_BLOCKED], capture_output=True,
+                         text=True, cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["sglang", "vllm"], run.stdout
+    assert "is not in the API image" not in run.stdout + run.stderr
+
+
 def test_the_control_plane_runs_without_torch_or_an_engine():
     run = subprocess.run([sys.executable, "-c", BLOCK_ENGINES], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trials.failures import PATTERNS, classify, classify_failure, classify_text
+from trials.errors import EngineDied
+from trials.failures import PATTERNS, classify, classify_failure, classify_text, kv_exhaustion_marker
 
 # Real texts, verbatim from vLLM 0.24/0.32 (GPU and CPU workers), SGLang 0.5, PyTorch 2.x.
 OOM_MESSAGES = [
@@ -41,6 +42,24 @@ OOM_MESSAGES = [
     "NCCLUtils.hpp:275, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL "
     "version 2.20.5\nncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\n"
     "Cuda failure 2 'out of memory'",
+    # SGLang 0.5.17 (kv_cache_configurator.py, pool_configurator.py, tp_worker.py,
+    # schedule_batch.py retract_decode through tokenizer_manager.py, managers/utils.py,
+    # decode_cuda_graph_runner.py).
+    "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+    "--mem-fraction-static=0.1. Raise --mem-fraction-static above 0.123 (minimum viable = 1 - "
+    "available/pre = 0.1225). If using speculative decoding, draft weights are now counted.",
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
+    "value: mem_fraction_static=0.3",
+    "AssertionError: Memory pool size is too small",
+    "HTTPException: 500: Out of memory even after retracting all other requests in the decode "
+    "batch. Aborting the last request.",
+    "ValueError: Input length (3900 tokens) exceeds the maximum allowed length (3000 tokens). "
+    "Use a shorter input or enable --allow-auto-truncate.",
+    "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.17 GiB.\n"
+    "Possible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+    # Raised by trials.rollout.phase when SGLang returned requests its KV pool cut short.
+    "KvCacheExhausted: engine returned 310 tokens for a request asking 500 (request 3; 41 of "
+    "64 requests came back with other lengths than asked): the KV cache ran out",
     # Raised by trials.colocation with vLLM's words on a capped device.
     "EngineMemoryRefused: Free memory on device cpu (0.04/0.05 GiB) on startup is less than "
     "desired GPU memory utilization (0.9, 0.04 GiB): the actor holds 0.01 GiB",
@@ -76,6 +95,10 @@ ERROR_MESSAGES = [
     "RuntimeError: Engine core initialization failed. See root cause above. "
     "Failed core proc(s): {'EngineCore': 1}",
     "KeyError: 'model_type'",
+    # SGLang: a request longer than the model's context (not its KV pool) is the config's.
+    "ValueError: The input (5000 tokens) is longer than the model's context length (4096 tokens).",
+    "Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 (SIGKILL), a "
+    "common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
 ]
 
 
@@ -144,3 +167,38 @@ def test_chained_cause_counts():
             raise RuntimeError("phase failed") from inner
     except RuntimeError as outer:
         assert classify(outer) == "oom"
+
+
+SGLANG_SCHEDULER_LOG = (
+    "[2026-11-21 12:00:01] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "sglang/srt/managers/scheduler.py", line 4930, in run_scheduler_process\n'
+    "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. Current "
+    "value: mem_fraction_static=0.2\n"
+    "[2026-11-21 12:00:01] Received sigquit from a child process. It usually means the child "
+    "failed.\n"
+)
+
+
+@pytest.mark.parametrize("wrapper", [
+    RuntimeError("Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
+                 "(SIGKILL), a common cause is the OS OOM killer."),
+    RuntimeError("Initialization failed. Please see the error messages above."),
+    # trials.rollout.sglang, when an SGLang process signals the trial that it failed.
+    EngineDied("an SGLang process failed and signalled the trial (SIGQUIT); see the engine's log "
+               "above while the trial ran"),
+])
+def test_sglangs_wrappers_are_classified_by_its_schedulers_log(wrapper):
+    assert classify_failure(wrapper, SGLANG_SCHEDULER_LOG) == ("oom", None)
+    assert classify(wrapper, "Scheduler hit an exception: KeyError: 'model_type'") == "error"
+
+
+def test_sglangs_kv_exhaustion_lines_are_found_in_its_log():
+    log = (
+        "[2026-11-21 12:00:00] Prefill batch, #new-seq: 64, #new-token: 8192\n"
+        "[2026-11-21 12:00:02] KV cache pool is full. Retract requests. #retracted_reqs: 3, "
+        "#new_tokens_gained: 1536, #new_token_ratio: 0.4100 -> 0.9000\n"
+        "[2026-11-21 12:00:03] Decode batch, #running-req: 61\n"
+    )
+    assert kv_exhaustion_marker(log).startswith("[2026-11-21 12:00:02] KV cache pool is full")
+    assert kv_exhaustion_marker("retract_decode: aborted last request 7f3a due to OOM")
+    assert kv_exhaustion_marker("[2026-11-21 12:00:03] Decode batch, #running-req: 61") is None

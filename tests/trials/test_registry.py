@@ -11,7 +11,7 @@ from trials.rollout import BACKENDS, RolloutBackend, get_backend
 
 
 def test_unknown_engine_lists_the_valid_ones():
-    with pytest.raises(UnknownBackend, match="valid engines: vllm"):
+    with pytest.raises(UnknownBackend, match="valid engines: sglang, vllm"):
         get_backend("tgi")
 
 

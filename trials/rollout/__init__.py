@@ -1,8 +1,9 @@
 """Rollout engines by name. Importing this package imports no engine.
 
-``get_backend("vllm")`` imports vLLM's adapter only when asked; a name that is not in
-``BACKENDS`` raises ``UnknownBackend`` listing the valid ones. Adding an engine (e.g.
-``sglang``) means one module implementing ``RolloutBackend`` and one row here.
+``get_backend("vllm")`` imports vLLM's adapter only when asked (``sglang``: SGLang's); a
+name that is not in ``BACKENDS`` raises ``UnknownBackend`` listing the valid ones. Adding
+an engine means one module implementing ``RolloutBackend`` and one row here. Each engine
+is also the name of the Python package a trial's environment must import for it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from trials.rollout.base import EngineFacts, Generation, RolloutBackend
 # name -> "module:class", imported on first use.
 BACKENDS: dict[str, str] = {
     "vllm": "trials.rollout.vllm:VllmBackend",
+    "sglang": "trials.rollout.sglang:SglangBackend",
 }
 
 __all__ = ["BACKENDS", "EngineFacts", "Generation", "RolloutBackend", "get_backend"]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import abc
-from dataclasses import dataclass
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
 
 from trials.types import TrialSpec
 
@@ -15,10 +18,13 @@ class Generation:
     ``generated_tokens[i]`` is the number of token ids the engine returned for request
     ``i`` (counted from its output, not taken from the request); ``elapsed_s`` is the
     wall time from submitting the first request to receiving the last output.
+    ``notes[i]``, where the engine says why request ``i`` ended otherwise than by its
+    length limit (SGLang's abort message), is that reason.
     """
 
     generated_tokens: list[int]
     elapsed_s: float
+    notes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -81,3 +87,13 @@ class RolloutBackend(abc.ABC):
     @abc.abstractmethod
     def shutdown(self) -> None:
         """Stop the engine and wait until its processes are gone (idempotent)."""
+
+
+def dummy_model_dir(spec: TrialSpec) -> str:
+    """A fresh temporary directory holding only the spec's ``config.json``: what an engine
+    loads with ``load_format="dummy"`` (random weights of the right shapes). The backend
+    removes it in ``shutdown``."""
+    path = tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-model-")
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump(spec.model_config, f)
+    return path

@@ -4,15 +4,20 @@ A warm-up of ``spec.warmup_requests`` short requests (their own random prompts) 
 first and is excluded. Then
 every request of the replica is submitted at once (as verl's rollout does) and the
 makespan is the wall time until the last one finished. Each request must come back
-with exactly the tokens it asked for; anything else is a ``GenerationMismatch``.
+with exactly the tokens it asked for; anything else is a ``GenerationMismatch``, or a
+``KvCacheExhausted`` (an ``oom``) when the engine's KV cache could not hold the requests
+(SGLang then returns short outputs instead of failing: a fast trial that did not do the
+work must never pass for a fast config).
 """
 
 from __future__ import annotations
 
 import logging
 
-from trials.errors import ConfigRejected, GenerationMismatch, InvalidTrialSpec
-from trials.rollout.base import RolloutBackend
+from trials import logcapture
+from trials.errors import ConfigRejected, GenerationMismatch, InvalidTrialSpec, KvCacheExhausted
+from trials.failures import kv_exhaustion_marker
+from trials.rollout.base import Generation, RolloutBackend
 from trials.types import TrialSpec
 from trials.workload import random_sequences
 
@@ -41,6 +46,60 @@ def check_rollout_spec(spec: TrialSpec) -> None:
         )
 
 
+def check_lengths(spec: TrialSpec, generation: Generation, kv_cache_tokens: int | None) -> None:
+    """Every request must come back with exactly the tokens it asked for.
+
+    Requests cut short because the KV cache could not hold them raise ``KvCacheExhausted``
+    (an ``oom``): one needed more tokens than the cache holds, or the engine's own account
+    of it (``Generation.notes``) or its log says the cache ran out. Any other difference
+    raises ``GenerationMismatch``.
+    """
+    counts, asked = generation.generated_tokens, spec.response_lengths
+    if len(counts) != len(asked):
+        raise GenerationMismatch(f"engine returned {len(counts)} outputs for {len(asked)} asked")
+    wrong = [i for i, (got, want) in enumerate(zip(counts, asked, strict=True)) if got != want]
+    if not wrong:
+        return
+    first = wrong[0]
+    what = (
+        f"engine returned {counts[first]} tokens for a request asking {asked[first]} "
+        f"(request {first}; {len(wrong)} of {len(asked)} requests came back with other "
+        "lengths than asked)"
+    )
+    short = [i for i in wrong if counts[i] < asked[i]]
+    why = _kv_exhaustion(spec, generation, short, kv_cache_tokens)
+    if why is not None:
+        raise KvCacheExhausted(
+            f"{what}: the KV cache ran out ({why}). The engine returned short outputs instead "
+            "of failing; give it a larger gpu_memory_utilization (SGLang: mem_fraction_static) "
+            "or fewer concurrent sequences (max_num_seqs)."
+        )
+    note = next((generation.notes[i] for i in wrong if i in generation.notes), None)
+    raise GenerationMismatch(what + (f"; the engine says: {note}" if note else ""))
+
+
+def _kv_exhaustion(
+    spec: TrialSpec, generation: Generation, short: list[int], kv_cache_tokens: int | None
+) -> str | None:
+    """Why the ``short`` requests ran out of KV cache, or None when nothing says they did."""
+    if not short:
+        return None
+    if kv_cache_tokens is not None:
+        for i in short:
+            need = spec.prompt_lengths[i] + spec.response_lengths[i]
+            if need > kv_cache_tokens:
+                return (
+                    f"request {i} needs {need} tokens of KV cache (prompt + response), the "
+                    f"cache holds {kv_cache_tokens}"
+                )
+    for i in short:
+        note = generation.notes.get(i)
+        if note and kv_exhaustion_marker(note):
+            return f"the engine says: {note}"
+    line = kv_exhaustion_marker(logcapture.current_text())
+    return f"the engine logged: {line}" if line else None
+
+
 def replica_prompts(spec: TrialSpec) -> list[list[int]]:
     """Seeded random prompts; each group of ``samples_per_prompt`` requests shares one."""
     group = max(1, spec.samples_per_prompt)
@@ -60,15 +119,8 @@ def measure_rollout(backend: RolloutBackend, spec: TrialSpec) -> dict[str, float
         backend.generate([w.tolist() for w in warmup], [WARMUP_MAX_TOKENS] * len(warmup))
     preempted_before = backend.facts().preemptions
     generation = backend.generate(prompts, list(spec.response_lengths))
-    counts = generation.generated_tokens
-    if len(counts) != len(prompts):
-        raise GenerationMismatch(f"engine returned {len(counts)} outputs for {len(prompts)} asked")
-    for i, (got, asked) in enumerate(zip(counts, spec.response_lengths, strict=True)):
-        if got != asked:
-            raise GenerationMismatch(
-                f"engine returned {got} tokens for a request asking {asked} (request {i})"
-            )
     facts = backend.facts()
+    check_lengths(spec, generation, facts.kv_cache_tokens)
     prompt_tokens = sum(spec.prompt_lengths)
     generated = sum(generation.generated_tokens)
     makespan = generation.elapsed_s

@@ -28,14 +28,11 @@ would otherwise wait for ever.
 
 from __future__ import annotations
 
-import contextlib
 import gc
-import json
 import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,7 +40,8 @@ from typing import Any
 from trials import logcapture
 from trials.memory import gpu_total_gib
 from trials.memory_cap import DEFAULT_CPU_CAP_GIB
-from trials.rollout.base import EngineFacts, Generation, RolloutBackend
+from trials.rollout.base import EngineFacts, Generation, RolloutBackend, dummy_model_dir
+from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
 from trials.rollout.watch import EngineWatch, exit_text
 from trials.types import TrialSpec
 
@@ -112,10 +110,8 @@ class VllmBackend(RolloutBackend):
         self.import_s = 0.0
 
     def start(self, spec: TrialSpec, dtype: str) -> float:
-        self._children_before = _child_pids()
-        self._model_dir = tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-model-")
-        with open(os.path.join(self._model_dir, "config.json"), "w") as f:
-            json.dump(spec.model_config, f)
+        self._children_before = child_pids()
+        self._model_dir = dummy_model_dir(spec)
         if spec.device == "cpu":
             self._saved_kv_env = os.environ.pop(CPU_KV_ENV, None)
             if self._saved_kv_env is not None:
@@ -206,7 +202,7 @@ class VllmBackend(RolloutBackend):
                 log.exception("vLLM engine core shutdown failed; killing its processes")
             del llm, core
         gc.collect()
-        _reap_new_children(self._children_before, SHUTDOWN_WAIT_S)
+        reap_new_children(self._children_before, SHUTDOWN_WAIT_S)
         if self._model_dir is not None:
             shutil.rmtree(self._model_dir, ignore_errors=True)
             self._model_dir = None
@@ -234,52 +230,4 @@ def _death_probe(llm: Any, children_before: set[int]) -> Callable[[], str | None
             return None
 
         return from_vllm
-    import psutil
-
-    started = [p for p in psutil.Process().children() if p.pid not in children_before]
-
-    def from_psutil() -> str | None:
-        for proc in started:
-            try:
-                gone = proc.status() == psutil.STATUS_ZOMBIE
-            except psutil.NoSuchProcess:
-                gone = True
-            if gone:
-                return f"the engine process {proc.pid} exited"
-        return None
-
-    return from_psutil
-
-
-def _child_pids() -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def _reap_new_children(before: set[int], wait_s: float) -> None:
-    """Wait for the engine's processes to exit; kill those still alive after ``wait_s``.
-
-    Python's multiprocessing resource tracker is left alone: it holds no engine memory
-    and exits with this process.
-    """
-    import psutil
-
-    def engine_children() -> list[psutil.Process]:
-        out = []
-        for p in psutil.Process().children(recursive=True):
-            try:
-                if p.pid in before or "resource_tracker" in " ".join(p.cmdline()):
-                    continue
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    out.append(p)
-            except psutil.Error:
-                continue
-        return out
-
-    _, alive = psutil.wait_procs(engine_children(), timeout=wait_s)
-    for p in alive:
-        log.warning("engine process %s outlived shutdown; killing it", p.pid)
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=5)
+    return death_probe(new_children(children_before))
