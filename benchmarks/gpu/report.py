@@ -1,12 +1,17 @@
 """Print a job's results (a ``dump_results`` JSON) as the Markdown tables of benchmarks/README.md.
 
 usage: python -m benchmarks.gpu.report RESULTS.json [RESULTS.json ...]
+       python -m benchmarks.gpu.report --compare RESULTS.json RESULTS.json ...
 
 For each job: the measured trials, best first, with the step's composition; the best
 trial against each named baseline; the best trial per rollout TP size (when TP was
 searched); the trials that ran out of memory, by phase, with the GPU-seconds they cost (a
 trial's wall time, start-up included, times the GPUs it held); the GPU-seconds of the whole
 job and its measured trials per hour of wall-clock time.
+
+``--compare``: the jobs side by side, one row per rollout engine (vLLM against SGLang on
+the same workload): what each tuning found and cost, then the configs both measured (the
+baselines: the same knobs on each engine, verl's defaults among them) phase by phase.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ SHORT = {
     TP: "tp",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "gmu",
     "actor_rollout_ref.rollout.max_num_batched_tokens": "mnbt",
+    "actor_rollout_ref.rollout.engine_kwargs.sglang.chunked_prefill_size": "chunk",
     "actor_rollout_ref.rollout.max_num_seqs": "mns",
     "actor_rollout_ref.rollout.enforce_eager": "eager",
     "actor_rollout_ref.actor.use_dynamic_bsz": "dyn",
@@ -154,8 +160,74 @@ def oom_place(trial: dict[str, Any]) -> str:
     return f"{phase} (after the rollout)"
 
 
-def main(paths: list[str]) -> None:
-    for path in paths:
+def compare(docs: list[dict[str, Any]]) -> str:
+    """The jobs of ``docs`` side by side, by rollout engine (see the module docstring)."""
+    jobs = [job for doc in docs for job in doc["jobs"]]
+    lines = [
+        "| engine | job | device | measured: ok / oom / other | GPU-s | best tok/s/GPU (trial) | "
+        "verl defaults | production | best / defaults | fastest rollout, generated tok/s (trial) "
+        "| median engine start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for job in jobs:
+        trials, summary = job["trials"], job["summary"]
+        measured = [t for t in trials if t["status"] in ("ok", "oom", "error", "timeout")]
+        counts = Counter(t["status"] for t in measured)
+        ok = [t for t in measured if t["status"] == "ok"]
+        fastest = max(ok, key=lambda t: t["metrics"].get("rollout_generated_tokens_per_s", 0),
+                      default=None)
+        base = summary.get("baselines") or {}
+        defaults = (base.get("verl-v0.9-defaults") or {}).get("throughput_tokens_per_s_per_gpu")
+        production = (base.get("production") or {}).get("throughput_tokens_per_s_per_gpu")
+        best = summary.get("best_throughput")
+        startups = sorted(t["metrics"]["engine_startup_s"] for t in measured
+                          if "engine_startup_s" in t["metrics"])
+        other = len(measured) - counts["ok"] - counts["oom"]
+        lines.append(
+            f"| {engine_of(job)} | {job['name']} | {summary.get('device') or ''} | "
+            f"{counts['ok']} / {counts['oom']} / {other} | "
+            f"{sum((t['wall_s'] or 0.0) * gpus(t) for t in trials):.0f} | "
+            f"{fmt(best, 0)} ({summary.get('best')}) | {fmt(defaults, 0)} | {fmt(production, 0)} | "
+            f"{fmt(best / defaults if best and defaults else None, 2)} | "
+            + (f"{fastest['metrics']['rollout_generated_tokens_per_s']:.0f} ({fastest['number']})"
+               if fastest else "")
+            + f" | {fmt(startups[len(startups) // 2] if startups else None)} |"
+        )
+    lines += ["", "The same configs on each engine (the baselines):", "",
+              "| baseline | engine | status | tok/s/GPU | step s | rollout s | generated tok/s | "
+              "KV cache tokens | preemptions | start-up s | sleep s | wake s | peak GiB |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name in sorted({t["baseline"] for job in jobs for t in job["trials"] if t["baseline"]}):
+        for job in jobs:
+            t = next((t for t in job["trials"] if t["baseline"] == name and t.get("repeat_of") is None),
+                     None)
+            if t is None:
+                continue
+            m, p = t["metrics"], t["phase_timings_s"]
+            lines.append(
+                f"| {name} | {engine_of(job)} | {t['status']} | "
+                f"{fmt(m.get('throughput_tokens_per_s_per_gpu'), 0)} | {fmt(m.get('step_time_s'))} | "
+                f"{fmt(p.get('rollout'))} | {fmt(m.get('rollout_generated_tokens_per_s'), 0)} | "
+                f"{fmt(m.get('kv_cache_tokens'), 0)} | {fmt(m.get('rollout_preemptions'), 0)} | "
+                f"{fmt(m.get('engine_startup_s'))} | {fmt(m.get('engine_sleep_s'))} | "
+                f"{fmt(m.get('engine_wake_s'))} | {fmt(m.get('peak_memory_gib'))} |"
+            )
+    return "\n".join(lines)
+
+
+def engine_of(job: dict[str, Any]) -> str:
+    return str(job["spec"].get("workload", {}).get("engine", "vllm"))
+
+
+def main(args: list[str]) -> None:
+    if args[:1] == ["--compare"]:
+        docs = []
+        for path in args[1:]:
+            with open(path) as f:
+                docs.append(json.load(f))
+        print(compare(docs))
+        return
+    for path in args:
         with open(path) as f:
             print(f"## {path}\n")
             print(report(json.load(f)))

@@ -11,6 +11,8 @@
 # RAY_RESTART=1: stop the Ray head an earlier call started (its studies must be done).
 # STUDY_RAY=local: no shared head; each study starts a local Ray over STUDY_GPUS (studies on
 # other GPUs of the host, beside a head that an earlier call started over its own).
+# The tuner and vLLM's trials use /tmp/site (setup-host.sh); the trials of sglang jobs get
+# /tmp/site-sglang instead when setup-sglang.sh made it (AUTOTUNER_ENGINE_PYTHONPATH__SGLANG).
 set -euo pipefail
 mkdir -p /tmp/at/logs
 if [ "${RAY_RESTART:-0}" = 1 ]; then
@@ -23,6 +25,9 @@ fi
 cd /tmp/repo
 export PYTHONPATH=/tmp/site:/tmp/repo VLLM_USE_FLASHINFER_SAMPLER=0 \
   NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ -d /tmp/site-sglang ]; then
+  export AUTOTUNER_ENGINE_PYTHONPATH__SGLANG=/tmp/site-sglang
+fi
 if [ -n "${STUDY_GPUS:-}" ]; then
   export CUDA_VISIBLE_DEVICES=$STUDY_GPUS
   gpus=$(tr ',' '\n' <<< "$STUDY_GPUS" | grep -c .)

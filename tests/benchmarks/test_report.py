@@ -1,0 +1,26 @@
+"""The GPU report's engine comparison over real result files (an H200 vLLM job, and the same
+job relabelled as an SGLang one: the table's layout, not SGLang's figures, is under test)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from benchmarks.gpu.report import compare
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_compare_puts_the_engines_side_by_side_and_their_baselines_together() -> None:
+    vllm = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-memmodel-h200.json").read_text())
+    sglang = copy.deepcopy(vllm)
+    job = sglang["jobs"][0]
+    job["name"], job["spec"]["workload"]["engine"] = "qwen2.5-1.5b-grpo-sglang-h200", "sglang"
+    lines = compare([vllm, sglang]).splitlines()
+    engines = [line.split(" | ")[0].lstrip("| ") for line in lines[2:4]]
+    assert engines == ["vllm", "sglang"]
+    assert "| 6770 (0) | 6770 | 6135 | 1.00 |" in lines[2]  # best, defaults, production
+    baselines = [line for line in lines if line.startswith("| verl-v0.9-defaults |")]
+    assert [line.split(" | ")[1] for line in baselines] == ["vllm", "sglang"]
+    assert all(" | 2462928 | " in line for line in baselines)  # KV cache tokens
