@@ -62,10 +62,11 @@ def _started(spec):
 def test_a_rollout_counts_lengths_kv_and_retractions(stand_in):
     stand_in.retractions = 3  # warnings per generation, 2 requests each
     spec = _spec()
-    quit_before = signal.getsignal(signal.SIGQUIT)
+    quit_before, term_before = signal.getsignal(signal.SIGQUIT), signal.getsignal(signal.SIGTERM)
     backend = _started(spec)
     try:
         engine = stand_in.instances[0]
+        assert signal.getsignal(signal.SIGTERM) == term_before  # the trial's, not SGLang's
         assert engine.kwargs["mem_fraction_static"] == spec.rollout.gpu_memory_utilization
         assert os.path.exists(os.path.join(engine.kwargs["model_path"], "config.json"))
         with StderrTail():

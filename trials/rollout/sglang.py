@@ -270,7 +270,8 @@ class SglangBackend(RolloutBackend):
     def _take_over_sigquit(self) -> None:
         """Once started: SGLang's tokenizer manager would answer SIGQUIT by killing this
         process tree (its event loop's handler, installed on first use); install that loop
-        now, then put ``_on_sigquit`` in its handler's place."""
+        now, then put ``_on_sigquit`` in its handler's place. Its SIGTERM handler (drain
+        and exit, for a server) gives way to the trial's own (kill the process group)."""
         if threading.current_thread() is not threading.main_thread():
             return
         manager = getattr(self._engine, "tokenizer_manager", None)
@@ -282,9 +283,12 @@ class SglangBackend(RolloutBackend):
                 "SGLang process will kill the trial process (the launcher records it)"
             )
             return
+        sigterm = signal.getsignal(signal.SIGTERM)
         create_loop()
         loop.remove_signal_handler(signal.SIGQUIT)
         signal.signal(signal.SIGQUIT, _on_sigquit)
+        if loop.remove_signal_handler(signal.SIGTERM):
+            signal.signal(signal.SIGTERM, sigterm)
         self._owns_sigquit = True
 
     def _restore_sigquit(self) -> None:

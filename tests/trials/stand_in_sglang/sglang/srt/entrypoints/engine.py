@@ -43,8 +43,10 @@ class _TokenizerManager:
         if self.event_loop is not None:
             return
         self.event_loop = self.engine.loop
-        # SGLang's running-phase handler kills the process tree; here it only says so.
+        # SGLang's running-phase handlers: SIGQUIT kills the process tree, SIGTERM drains the
+        # server; here they only say so.
         self.event_loop.add_signal_handler(signal.SIGQUIT, self.engine.killed_tree.append, True)
+        self.event_loop.add_signal_handler(signal.SIGTERM, self.engine.drained.append, True)
 
 
 class Engine:
@@ -62,6 +64,7 @@ class Engine:
         self.kwargs = kwargs
         self.calls: list[tuple[str, tuple[str, ...]]] = []
         self.killed_tree: list[bool] = []
+        self.drained: list[bool] = []
         self.offload_tags: set[str] = set()
         handler = kwargs.get("custom_sigquit_handler")
         if handler is not None:
