@@ -33,7 +33,7 @@ def test_unknown_engine_becomes_an_error_result(tiny_config):
         "startup",
         "UnknownBackend",
     )
-    assert "valid engines: vllm" in result.error_message
+    assert "valid engines: sglang, vllm" in result.error_message
     assert "UnknownBackend" in result.log_tail  # the traceback was captured
 
 
