@@ -12,8 +12,10 @@ request), with a budget of as many trials as the landscape has configs:
   multivariate, NSGA-II population 8), with no memory model and no early stopping;
 - ``ours``: the tuner as a job runs it: verl's defaults first, TPE, the memory model
   (calibrated on the trials replayed so far) and the monotone feasibility structure
-  skipping proposals known not to fit, early stopping (``patience_trials``) and the
-  finalists' re-measurement, with the landscape job's budget settings.
+  skipping proposals known not to fit, early stopping (``patience_trials``), rollout reuse
+  (a config differing from a replayed one only in train knobs costs its recorded run less
+  the engine's share, ``replay.engine_seconds``) and the finalists' re-measurement, with
+  the landscape job's budget settings.
 
 All of them share the loop's bookkeeping: a config is never run twice (its duplicates
 cost nothing) and invalid proposals are never run.
@@ -107,7 +109,8 @@ def run_strategy(landscape: Landscape, strategy: str, seed: int,
     data = landscape.spec.model_dump(mode="json") | {"seed": seed}
     data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60}
     if not ours:
-        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0}
+        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0,
+                           "reuse_rollouts": False}  # other tuners start an engine per trial
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
