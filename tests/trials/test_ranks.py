@@ -138,12 +138,16 @@ def test_a_rank_killed_mid_trial_fails_it_and_takes_the_other_ranks_down(tiny_co
 
 
 def _is_rank(pid: int, rank: int) -> bool:
+    """Whether ``pid`` is rank ``rank`` of a trial this test process started."""
+    import psutil
+
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
+        ours = any(parent.pid == os.getpid() for parent in proc.parents())
+    except psutil.Error:
         return False
-    return b"rank" in argv and any(a.endswith(f"group{rank}.json".encode()) for a in argv)
+    return ours and "rank" in argv and any(a.endswith(f"group{rank}.json") for a in argv)
 
 
 @pytest.mark.engine
