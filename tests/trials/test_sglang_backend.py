@@ -3,8 +3,9 @@
 ``stand_in_sglang/`` provides ``sglang.srt.entrypoints.engine.Engine`` with the behaviours
 of SGLang 0.5.17 the backend must handle (see its README): requests cut to what the KV pool
 holds without an error, retraction warnings, SIGQUIT from a failed process, release and
-resume by tag. Everything else here is the real backend, phase code and failure table; the
-GPU tests (``test_gpu_sglang.py``) run the real engine.
+resume by tag, and its event loop (uvloop; the output reader on the loop running when it
+is first needed). Everything else here is the real backend, phase code and failure table;
+the GPU tests (``test_gpu_sglang.py``) run the real engine.
 """
 
 from __future__ import annotations
@@ -67,6 +68,8 @@ def test_a_rollout_counts_lengths_kv_and_retractions(stand_in):
     try:
         engine = stand_in.instances[0]
         assert signal.getsignal(signal.SIGTERM) == term_before  # the trial's, not SGLang's
+        # SGLang's output reader runs on the loop generate runs, else every generation waits
+        assert engine.tokenizer_manager.event_loop is engine.loop
         assert engine.kwargs["mem_fraction_static"] == spec.rollout.gpu_memory_utilization
         assert os.path.exists(os.path.join(engine.kwargs["model_path"], "config.json"))
         with StderrTail():
@@ -79,6 +82,7 @@ def test_a_rollout_counts_lengths_kv_and_retractions(stand_in):
         backend.shutdown()
     assert engine.scheduler.poll() is not None and ("shutdown", ()) in engine.calls
     assert signal.getsignal(signal.SIGQUIT) == quit_before
+    assert engine.killed_tree == [] and engine.drained == []  # SGLang's handlers never ran
     assert not os.path.exists(engine.kwargs["model_path"])
 
 

@@ -45,10 +45,24 @@ engine starts, then in place of the tokenizer manager's), which raises ``EngineD
 the main thread; its message sends the classification to the engine's log (a scheduler's
 "CUDA out of memory" is an ``oom``). An ``EngineWatch`` over the engine's processes covers
 a death SGLang does not report. The backend runs on CUDA GPUs only.
+
+The engine's event loop is uvloop's (SGLang installs its policy on import), and every
+blocking call (``generate``, release, resume) is ``engine.loop.run_until_complete``.
+Three of its rules shape the code (``_take_over_sigquit``, ``_LoopFailures``):
+
+- ``TokenizerManager.auto_create_handle_loop`` puts the task that reads the engine's
+  outputs on the *running* loop (``get_or_create_event_loop``); called outside one it makes
+  a new loop that never runs, and every ``generate`` then waits for ever;
+- uvloop's ``remove_signal_handler`` returns False and removes nothing unless the loop runs;
+- while uvloop runs, Python signal handlers run inside its ``Loop._read_from_self``
+  callback, and what they raise (other than ``KeyboardInterrupt``, ``SystemExit``) goes to
+  the loop's exception handler, which only logs it: ``EngineDied`` from a signal handler
+  would not end the blocked call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -171,6 +185,7 @@ class SglangBackend(RolloutBackend):
         self._watch: EngineWatch | None = None
         self._previous_sigquit: Any = None
         self._owns_sigquit = False
+        self._failures = _LoopFailures()
         self._generations = 0
         self._retracted: int | None = 0
         self._kv_tokens: int | None = None
@@ -204,7 +219,7 @@ class SglangBackend(RolloutBackend):
         sys.stderr.write(marker + "\n")
         sys.stderr.flush()
         t0 = time.perf_counter()
-        outputs = self._engine.generate(input_ids=prompts, sampling_params=params)
+        outputs = self._failures.call(self._engine.generate, input_ids=prompts, sampling_params=params)
         elapsed = time.perf_counter() - t0
         self._count_retractions(marker)
         if isinstance(outputs, dict):
@@ -226,7 +241,7 @@ class SglangBackend(RolloutBackend):
         if not self.can_sleep:
             return super().sleep()
         t0 = time.perf_counter()
-        self._engine.release_memory_occupation(tags=list(SLEEP_TAGS))
+        self._failures.call(self._engine.release_memory_occupation, tags=list(SLEEP_TAGS))
         return time.perf_counter() - t0
 
     def wake_up(self, tags: list[str] | None = None) -> float:
@@ -234,9 +249,9 @@ class SglangBackend(RolloutBackend):
             return super().wake_up(tags)
         wanted = list(SLEEP_TAGS) if tags is None else [t for t in tags if t in SLEEP_TAGS]
         t0 = time.perf_counter()
-        self._engine.resume_memory_occupation(tags=wanted)
-        if "kv_cache" in wanted:
-            self._engine.flush_cache()  # the cache's contents did not survive (verl does the same)
+        self._failures.call(self._engine.resume_memory_occupation, tags=wanted)
+        if "kv_cache" in wanted:  # the cache's contents did not survive (verl does the same)
+            self._failures.call(self._engine.flush_cache)
         return time.perf_counter() - t0
 
     def shutdown(self) -> None:
@@ -269,9 +284,13 @@ class SglangBackend(RolloutBackend):
 
     def _take_over_sigquit(self) -> None:
         """Once started: SGLang's tokenizer manager would answer SIGQUIT by killing this
-        process tree (its event loop's handler, installed on first use); install that loop
-        now, then put ``_on_sigquit`` in its handler's place. Its SIGTERM handler (drain
-        and exit, for a server) gives way to the trial's own (kill the process group)."""
+        process tree (a handler on its event loop, installed with the loop's output reader
+        on first use); install them now, then put ``_on_sigquit`` in that handler's place.
+        Its SIGTERM handler (drain and exit, for a server) gives way to the trial's own
+        (kill the process group). Both steps run inside ``engine.loop`` (see the module
+        docstring: the reader must be on the loop ``generate`` runs, and uvloop removes a
+        handler only while it runs); from then on, what a signal handler raises while the
+        engine's loop runs ends the blocked call (``_LoopFailures``)."""
         if threading.current_thread() is not threading.main_thread():
             return
         manager = getattr(self._engine, "tokenizer_manager", None)
@@ -284,11 +303,24 @@ class SglangBackend(RolloutBackend):
             )
             return
         sigterm = signal.getsignal(signal.SIGTERM)
-        create_loop()
-        loop.remove_signal_handler(signal.SIGQUIT)
-        signal.signal(signal.SIGQUIT, _on_sigquit)
-        if loop.remove_signal_handler(signal.SIGTERM):
+
+        async def take_over() -> None:
+            create_loop()  # on the running loop: engine.loop
+            loop.remove_signal_handler(signal.SIGQUIT)
+            signal.signal(signal.SIGQUIT, _on_sigquit)
+            loop.remove_signal_handler(signal.SIGTERM)
+
+        loop.run_until_complete(take_over())
+        if sigterm is not None:
             signal.signal(signal.SIGTERM, sigterm)
+        reader_loop = getattr(manager, "event_loop", loop)
+        if reader_loop is not loop:  # generate would wait for ever
+            raise RuntimeError(
+                "SGLang's tokenizer manager reads the engine's outputs on another event loop "
+                f"than the one generate runs ({reader_loop!r}, not {loop!r}); no request "
+                "could finish"
+            )
+        self._failures.watch(loop)
         self._owns_sigquit = True
 
     def _restore_sigquit(self) -> None:
@@ -326,6 +358,47 @@ class SglangBackend(RolloutBackend):
         at = text.rfind(marker)  # not found: the marker scrolled out of the tail kept
         if self._retracted is not None:
             self._retracted += _retractions(text[at:] if at >= 0 else text)
+
+
+class _LoopFailures:
+    """Ends a blocked engine call with what a signal handler raised while the engine's
+    loop ran (``_on_sigquit``'s or the watch's ``EngineDied``; pytest-timeout's failure).
+
+    uvloop hands such an exception to the loop's exception handler, which only logs it
+    ("Exception in callback Loop._read_from_self"). ``watch`` installs a handler that keeps
+    it and stops the loop instead; ``call`` runs an engine method and raises what was kept
+    (the stopped loop's ``RuntimeError`` is only its consequence). Main thread only.
+    """
+
+    def __init__(self) -> None:
+        self._kept: BaseException | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        def on_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            exc = context.get("exception")
+            from_signal = "_read_from_self" in str(context.get("message", ""))
+            if exc is None or not (from_signal or isinstance(exc, EngineDied)):
+                loop.default_exception_handler(context)
+                return
+            if self._kept is None:
+                self._kept = exc
+            loop.stop()
+
+        loop.set_exception_handler(on_exception)
+
+    def call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            result = method(*args, **kwargs)
+        except BaseException:
+            self._raise_kept()
+            raise
+        self._raise_kept()  # came in as the call finished: the engine is gone all the same
+        return result
+
+    def _raise_kept(self) -> None:
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            raise kept
 
 
 def _retractions(text: str) -> int:

@@ -7,6 +7,12 @@ and the request finishes early without an error; retractions are logged as warni
 takes SIGQUIT over on first use; release/resume work by tag and resuming a tag not
 released raises, as SGLang's scheduler does.
 
+The event loop is SGLang's: uvloop's (where installed), outputs read by a task that
+``auto_create_handle_loop`` puts on the *running* loop, or on a new one it makes when none
+runs (``get_or_create_event_loop``), and ``generate`` run with ``loop.run_until_complete``.
+A generation whose outputs nobody reads fails after ``ANSWER_WAIT_S`` here, where SGLang
+waits for ever.
+
 Test controls (class attributes, reset by the tests): ``kv_tokens`` (the pool),
 ``retractions`` (warnings logged per generation), ``block_in_generate`` (generate waits
 until the test signals the process or kills the scheduler).
@@ -19,8 +25,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
+
+try:  # SGLang's engine and tokenizer manager install uvloop's policy on import
+    import uvloop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+except ImportError:
+    pass
 
 # The ServerArgs fields of SGLang 0.5.17 that a caller of this stand-in may pass.
 SERVER_ARGS = frozenset({
@@ -32,21 +44,54 @@ SERVER_ARGS = frozenset({
 })
 GPU_MEMORY_ALL_TYPES = ("kv_cache", "weights", "cuda_graph")
 PAGE_SIZE = 1
+ANSWER_WAIT_S = 5.0
+
+
+def get_or_create_event_loop() -> asyncio.AbstractEventLoop:
+    """SGLang's ``sglang.srt.utils.common.get_or_create_event_loop``."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        return loop
 
 
 class _TokenizerManager:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
-        self.event_loop = None
+        self.event_loop: asyncio.AbstractEventLoop | None = None
+        self.outputs: asyncio.Queue | None = None  # what the scheduler sent, read by handle_loop
+        self.answers: dict[int, asyncio.Future] = {}
 
     def auto_create_handle_loop(self) -> None:
         if self.event_loop is not None:
             return
-        self.event_loop = self.engine.loop
+        loop = get_or_create_event_loop()
+        self.outputs = asyncio.Queue()
+        self.handle_task = loop.create_task(self.handle_loop())
+        self.event_loop = loop
         # SGLang's running-phase handlers: SIGQUIT kills the process tree, SIGTERM drains the
         # server; here they only say so.
-        self.event_loop.add_signal_handler(signal.SIGQUIT, self.engine.killed_tree.append, True)
-        self.event_loop.add_signal_handler(signal.SIGTERM, self.engine.drained.append, True)
+        loop.add_signal_handler(signal.SIGQUIT, self.engine.killed_tree.append, True)
+        loop.add_signal_handler(signal.SIGTERM, self.engine.drained.append, True)
+
+    async def handle_loop(self) -> None:
+        while True:
+            key, outputs = await self.outputs.get()
+            self.answers.pop(key).set_result(outputs)
+
+    async def generate_request(self, outputs: list[dict]) -> list[dict]:
+        self.auto_create_handle_loop()
+        answer = asyncio.get_running_loop().create_future()
+        self.answers[id(answer)] = answer
+        self.outputs.put_nowait((id(answer), outputs))  # the scheduler's reply
+        try:
+            return await asyncio.wait_for(answer, ANSWER_WAIT_S)
+        except asyncio.TimeoutError:
+            raise AssertionError(
+                "no output reader answered: SGLang's handle_loop runs on another event loop "
+                "than generate's, and the real engine would wait here for ever") from None
 
 
 class Engine:
@@ -75,22 +120,20 @@ class Engine:
             all_child_pids=[self.scheduler.pid],
         )
         self.tokenizer_manager = _TokenizerManager(self)
-        self.loop = asyncio.new_event_loop()
+        self.loop = asyncio.new_event_loop()  # SGLang's Engine.__init__, outside a running loop
+        asyncio.set_event_loop(self.loop)
         Engine.instances.append(self)
 
     def get_all_child_pids(self) -> list[int]:
         return self._scheduler_init_result.all_child_pids
 
     def generate(self, input_ids=None, sampling_params=None):
-        self.tokenizer_manager.auto_create_handle_loop()
         for _ in range(self.retractions):
             print("[2026-11-21 12:00:00] KV cache pool is full. Retract requests. "
                   "#retracted_reqs: 2, #new_tokens_gained: 512, #new_token_ratio: 0.7000 -> 1.0000",
                   file=sys.stderr, flush=True)
-        if self.block_in_generate:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # as the offline Engine waits in its loop
-                self.loop.run_until_complete(asyncio.sleep(0.05))
+        if self.block_in_generate:  # as the offline Engine waits in its loop
+            self.loop.run_until_complete(asyncio.sleep(30))
             raise AssertionError("nothing interrupted the blocked generation")
         outputs = []
         for prompt, params in zip(input_ids, sampling_params, strict=True):
@@ -99,7 +142,7 @@ class Engine:
             outputs.append({"output_ids": [7] * n, "meta_info": {
                 "prompt_tokens": len(prompt), "completion_tokens": n,
                 "finish_reason": {"type": "length", "length": n}}})
-        return outputs
+        return self.loop.run_until_complete(self.tokenizer_manager.generate_request(outputs))
 
     def release_memory_occupation(self, tags=None):
         tags = tuple(tags or GPU_MEMORY_ALL_TYPES)
