@@ -79,3 +79,66 @@ def sqlite_url(tmp_path: Path) -> str:
 def database_url(request: pytest.FixtureRequest) -> str:
     """An empty database of each supported kind: SQLite file, then PostgreSQL."""
     return request.getfixturevalue(f"{request.param}_url")
+
+
+# --- Running in parallel (scripts/test.sh: pytest-xdist) -------------------------------------
+# Fixtures that start something expensive once for many tests (a server with its Ray and a
+# finished job, a browser, a module's server scene). Under xdist every test that uses one
+# runs on the same worker (``--dist loadgroup``), so it is started once, not once per worker.
+SHARED_FIXTURES = frozenset({"server", "browser", "scene"})
+
+
+# Modules whose tests must not run beside each other, until they are fixed, and why.
+SAME_WORKER_MODULES = {
+    # test_a_rank_killed_mid_trial... SIGKILLs the first rank-1 process it finds in all of
+    # /proc, which may be another test's (test_a_world_of_two_ranks... then fails too).
+    "tests/trials/test_ranks.py": "finds its rank processes machine-wide",
+}
+
+
+def _groups(item: pytest.Item) -> set[str]:
+    """The xdist groups of a test: its ``xdist_group`` marks; where a shared fixture it uses is
+    defined (its conftest's folder, or its module), so that a folder's tests sharing a server
+    stay together; its module, if listed in SAME_WORKER_MODULES."""
+    groups = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+              for mark in item.iter_markers("xdist_group")}
+    defined = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name in SHARED_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        definitions = defined.get(name)
+        if definitions and definitions[-1].scope != "function":
+            groups.add(definitions[-1].baseid or "root")
+    module = item.nodeid.split("::", 1)[0]
+    if module in SAME_WORKER_MODULES:
+        groups.add(module)
+    return groups
+
+
+def _join_group(item: pytest.Item, groups: set[str]) -> None:
+    """Put ``item`` in xdist group ``groups``: LoadGroupScheduling groups by the node id's
+    "@group" suffix. xdist 3.8 appends it for an ``xdist_group`` mark by assigning
+    ``item._nodeid``, which pytest >= 9.2 no longer reads (it keeps ``item._id``, a NodeId):
+    the mark is silently ignored there, so the suffix is set here, for either pytest."""
+    nodeid = f"{item.nodeid}@{'_'.join(sorted(groups))}"
+    if isinstance(getattr(item, "_id", None), str) or not hasattr(item, "_id"):
+        item._nodeid = nodeid  # type: ignore[attr-defined]
+    else:
+        from _pytest.nodeid import NodeId
+
+        item._id = NodeId.parse(nodeid)  # type: ignore[attr-defined]
+
+
+def _runs_long(item: pytest.Item) -> bool:
+    return any(item.get_closest_marker(name) for name in ("engine", "slow"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker: the files' own order
+        return
+    if getattr(config.option, "loadgroup", False):  # a worker of --dist loadgroup
+        for item in items:
+            groups = _groups(item)
+            if groups and "@" not in item.nodeid.rsplit("]", 1)[-1]:  # not suffixed by xdist
+                _join_group(item, groups)
+    # Long tests first, so that none of them is left to run alone at the end. Every worker
+    # sorts the same collection the same way (xdist requires identical collections).
+    items.sort(key=lambda item: not _runs_long(item))

@@ -109,6 +109,7 @@ def _status(api: httpx.Client, job_id: str) -> tuple[int, dict[str, Any]]:
     return response.status_code, response.json()
 
 
+@pytest.mark.slow
 def test_a_job_outlives_a_database_crash(pg, tmp_path) -> None:
     url = pg.url.rsplit("/", 1)[0] + "/service"
     admin = Database(pg.url)

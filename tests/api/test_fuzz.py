@@ -55,6 +55,7 @@ def _seed(data_dir: Path) -> list[str]:
     return [done.id, queued.id]
 
 
+@pytest.mark.slow
 def test_fuzz_every_endpoint_finds_no_server_error(tmp_path) -> None:
     job_ids = _seed(tmp_path / "data")
     server = Server(tmp_path / "data", tmp_path / "server.log", AUTOTUNER_API_TOKEN=TOKEN,

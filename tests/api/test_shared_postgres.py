@@ -19,6 +19,7 @@ TRIALS = 2
 pytestmark = pytest.mark.postgres
 
 
+@pytest.mark.slow
 def test_two_services_on_one_postgres_run_every_job_and_trial_once(tmp_path, postgres_url):
     servers = [Server(tmp_path / f"data{n}", tmp_path / f"server{n}.log",
                       AUTOTUNER_API_TOKEN=TOKEN, AUTOTUNER_DATABASE_URL=postgres_url)

@@ -26,8 +26,9 @@ def ray_local():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        # "local": a cluster of this test's own, never one a `ray start` left on the machine.
+        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
 

@@ -48,6 +48,7 @@ def train_only_spec(trial_id: str):
     return build_trial_spec(spec, arch, space.baseline_config(), trial_id, "cpu", 2.0)
 
 
+@pytest.mark.slow
 def test_trials_of_mixed_tp_sizes_never_share_or_oversubscribe_the_gpus(ray_with_4_gpus):
     executor = RayExecutor()
     for i, tp in enumerate(TP_SIZES):

@@ -173,6 +173,7 @@ def _assert_clean(checks: dict[int, dict[str, Any]], number: int, after_ok: int)
         f"after trial {number} the tuner holds {over / 2**20:.0f} MiB more than after trial {after_ok}")
 
 
+@pytest.mark.slow
 def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(tmp_path, ray_local,
                                                                       trial_processes) -> None:
     # Trial 0 runs as it should; trial 1's worker is SIGKILLed mid-train (the kernel's OOM

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ENDPOINTS = {"POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/jobs/{id}/trials"}
 
 
+@pytest.mark.slow
 def test_the_load_benchmark_runs_and_reports(tmp_path) -> None:
     out = tmp_path / "load.json"
     done = subprocess.run([sys.executable, "-m", "benchmarks.load.run", "--clients", "3",

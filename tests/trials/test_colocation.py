@@ -38,6 +38,7 @@ def test_which_devices_are_emulated(tiny_config):
     assert emulated_capacity_gib(spec, 139.8) is None
 
 
+@pytest.mark.slow
 def test_a_gpu_memory_utilization_that_cannot_fit_beside_the_actor_is_oom_at_startup(
     tiny_config,
 ):
