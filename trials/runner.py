@@ -323,7 +323,7 @@ class _Trial:
         without an engine hears its replica leader's answer."""
         state = self.release_engine() if self.engine_here else ""
         if self.group is None:
-            return state
+            return state or "gone"  # a reused rollout: no engine here (its hand-over adopted)
         if self.engine_here:
             self.group.post("engine", state)
         self.meet("engines_released")
