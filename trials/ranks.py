@@ -39,6 +39,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -238,6 +239,7 @@ def run_ranks(
     results = [_rank_result(spec, workdir, r, codes[r]) for r in range(spec.trial_gpus)]
     merged = merge(spec, results, read_abort(str(workdir)))
     merged.wall_s = time.perf_counter() - start
+    shutil.rmtree(workdir, ignore_errors=True)
     return merged
 
 
