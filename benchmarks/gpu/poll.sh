@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# On the GPU host: wait up to SECONDS (default 540) or until every study that
-# run-studies.sh started has exited, then write each job's trials as JSON
-# (dump_results) and a copy of its SQLite database to $OUT, and show the logs' tails.
+# On the GPU host: wait up to SECONDS (default 540) or until every study, recorder and plan
+# that run-studies.sh / scale-out-x4.sh started has exited, then pack into $OUT/results.tgz
+# each job's trials as JSON (dump_results) with a copy of its SQLite database, the
+# landscapes, the SGLang smoke summaries and the logs (those under 2 MiB), and show the
+# logs' tails. Safe to call while they run: it packs what is there so far.
 # usage: bash benchmarks/gpu/poll.sh [SECONDS]
 set -uo pipefail
 cd /tmp/repo
@@ -13,15 +15,23 @@ while [ "$SECONDS" -lt "$end" ]; do
   [ "$alive" = 0 ] && break
   sleep 10
 done
+pack=/tmp/at-out
+rm -rf "$pack" && mkdir -p "$pack/logs"
 for d in /tmp/at/*/; do
   name=$(basename "$d")
-  [ "$name" = logs ] && continue
-  AUTOTUNER_DATA_DIR=$d python3 -m benchmarks.gpu.dump_results "$OUT/$name.json" \
+  [ -f "$d/autotuner.db" ] || continue
+  AUTOTUNER_DATA_DIR=$d python3 -m benchmarks.gpu.dump_results "$pack/$name.json" \
     "$(cat "$d/command" 2>/dev/null || echo "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml")" \
-    "(concurrent studies on one Ray head started by benchmarks/gpu/run-studies.sh)"
+    "(benchmarks/gpu/run-studies.sh: one SQLite database per study)"
   python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    "$d/autotuner.db" "$OUT/$name.db"
+    "$d/autotuner.db" "$pack/$name.db"
 done
-for f in /tmp/at/logs/*.log; do echo "== $f"; tail -n 25 "$f"; done
+cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
+for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
+find /tmp/at /tmp/at-record -name '*.log' -size -2M -print0 2>/dev/null |
+  while IFS= read -r -d '' f; do cp "$f" "$pack/logs/$(echo "${f#/tmp/}" | tr '/' '_')"; done
+tar czf "$OUT/results.tgz" -C "$pack" .
+ls -la "$OUT/results.tgz"
+for f in /tmp/at/logs/*.log /tmp/at/logs/*.out; do [ -f "$f" ] && { echo "== $f"; tail -n 15 "$f"; }; done
 nvidia-smi --query-gpu=index,memory.used,utilization.gpu --format=csv
 free -g | head -2

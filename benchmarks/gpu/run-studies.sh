@@ -23,11 +23,7 @@ if [ ! -d /tmp/repo ] || [ "${RAY_RESTART:-0}" = 1 ]; then
   cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
 fi
 cd /tmp/repo
-export PYTHONPATH=/tmp/site:/tmp/repo VLLM_USE_FLASHINFER_SAMPLER=0 \
-  NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if [ -d /tmp/site-sglang ]; then
-  export AUTOTUNER_ENGINE_PYTHONPATH__SGLANG=/tmp/site-sglang
-fi
+source benchmarks/gpu/env.sh
 if [ -n "${STUDY_GPUS:-}" ]; then
   export CUDA_VISIBLE_DEVICES=$STUDY_GPUS
   gpus=$(tr ',' '\n' <<< "$STUDY_GPUS" | grep -c .)

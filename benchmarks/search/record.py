@@ -11,6 +11,12 @@ keeps what it measured, and running the same command again resumes it (points th
 their runs are skipped). Infrastructure failures (GPU not clean, Ray worker lost) are
 not recorded; the next run of the command retries them.
 
+Several recorders may fill one landscape at once, say one per GPU of a host
+(``CUDA_VISIBLE_DEVICES=k``, each with a local Ray of its own), joining whenever a GPU
+frees up: under a lock on ``OUT.lock`` each takes the config with the fewest runs that no
+live recorder has claimed (``OUT.claims``), runs it, and merges its run into the file as
+it is then. A claim of a recorder that died is taken over by the next one to look.
+
 The same command records on a GPU host: the job's cluster says where trials run and the
 executor reserves ``tensor_model_parallel_size`` GPUs per trial.
 """
@@ -18,18 +24,25 @@ executor reserves ``tensor_model_parallel_size`` GPUs per trial.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import fcntl
+import json
+import os
 import shlex
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from autotuner.executor import RayExecutor, Resources, cluster_resources, ensure_ray
 from autotuner.jobs import build_space, memory_cap_gib, resolve_device
 from autotuner.knobs import R
 from autotuner.replay import Landscape, LandscapePoint
 from autotuner.settings import get_settings
-from autotuner.spec import load_job_spec
+from autotuner.spec import JobSpec, load_job_spec
 from autotuner.study import INFRA_ERROR_TYPES, config_key
 from autotuner.trialspec import build_trial_spec
 
@@ -37,6 +50,74 @@ from autotuner.trialspec import build_trial_spec
 def _label(device: str, measured_on: str) -> str:
     where = "CPU" if device == "cpu" else "GPU"
     return f"{where} landscape, measured on {measured_on}"
+
+
+def _alive(claim: dict[str, Any]) -> bool:
+    """Whether the recorder that made ``claim`` still runs (one on another host is
+    assumed to)."""
+    if claim.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(int(claim["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Ledger:
+    """The landscape file shared by the recorders filling it, and who runs what."""
+
+    def __init__(self, out: Path, spec: JobSpec, arch: Any, device: str,
+                 cap: float | None, label: str, command: str) -> None:
+        self.out = out
+        self.lock_path = out.with_name(out.name + ".lock")
+        self.claims_path = out.with_name(out.name + ".claims")
+        self._new = (spec, arch, device, cap, label, command)
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Landscape]:
+        """The landscape as the file holds it now, with the lock held (saved by the caller)."""
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self.out.exists():
+                    landscape = Landscape.load(self.out)
+                    landscape.command = self._new[5]
+                else:
+                    landscape = Landscape(*self._new)  # type: ignore[arg-type]
+                yield landscape
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def claims(self) -> dict[str, dict[str, Any]]:
+        """The live claims (call with the lock held): claim id -> {config key, pid, host}."""
+        try:
+            claims = json.loads(self.claims_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return {cid: c for cid, c in claims.items() if _alive(c)}
+
+    def write_claims(self, claims: dict[str, dict[str, Any]]) -> None:
+        tmp = self.claims_path.with_name(self.claims_path.name + ".tmp")
+        tmp.write_text(json.dumps(claims, indent=1) + "\n")
+        tmp.replace(self.claims_path)
+
+
+def next_config(grid: list[dict[str, Any]], landscape: Landscape,
+                claims: dict[str, dict[str, Any]], repeats: int,
+                skip: set[str]) -> dict[str, Any] | None:
+    """The config to run next: of those with fewer than ``repeats`` runs, counting the runs
+    claimed by live recorders, the one with the fewest (grid order breaks ties); None when
+    nothing is left for this recorder (``skip``: configs it saw fail on infrastructure)."""
+    runs = {config_key(p.config): len(p.runs) for p in landscape.points}
+    for claim in claims.values():
+        runs[claim["config"]] = runs.get(claim["config"], 0) + 1
+    todo = [(runs.get(config_key(c), 0), n) for n, c in enumerate(grid)
+            if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip]
+    return grid[min(todo)[1]] if todo else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,36 +136,47 @@ def main(argv: list[str] | None = None) -> int:
     cap = memory_cap_gib(spec, device, settings)
     space = build_space(spec, device, settings)
     grid = space.grid()
-    if args.out.exists():
-        landscape = Landscape.load(args.out)
-        landscape.command = command
-    else:
-        landscape = Landscape(spec, space.arch, device, cap, args.label, command)
-    points = {config_key(p.config): p for p in landscape.points}
-    print(f"{len(grid)} configs x {args.repeats} runs; {sum(len(p.runs) for p in points.values())} "
-          f"runs recorded already in {args.out}", flush=True)
+    ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command)
+    with ledger.locked() as landscape:
+        done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
+    total = len(grid) * args.repeats
+    print(f"{len(grid)} configs x {args.repeats} runs; {done} runs recorded already in "
+          f"{args.out}", flush=True)
 
     ensure_ray(settings.ray_address, settings.ray_num_cpus)
     cpus = max(1.0, cluster_resources().get("CPU", 1.0) // spec.budget.max_concurrent_trials)
     executor = RayExecutor(trial_python=settings.trial_python, trial_env=settings.trial_env())
-    started = time.monotonic()
-    for round_ in range(args.repeats):
-        todo = [c for c in grid if len(points.get(config_key(c), LandscapePoint(c, [])).runs) <= round_]
-        for n, config in enumerate(todo):
-            trial_id = f"{spec.name}-r{round_}-{n}"
-            trial = build_trial_spec(spec, space.arch, config, trial_id, device, cap)
-            tp = int(config.get(R + "tensor_model_parallel_size", 1))
-            resources = Resources(num_cpus=1, num_gpus=tp) if device == "cuda" else Resources(cpus)
-            executor.submit(trial, resources, spec.budget.trial_timeout_s)
-            results = []
-            while not results:
-                results = executor.wait(timeout_s=5.0)
-            result = results[0]
+    started, me, skip, n = time.monotonic(), f"{socket.gethostname()}-{os.getpid()}", set(), 0
+    while True:
+        with ledger.locked() as landscape:
+            claims = ledger.claims()
+            config = next_config(grid, landscape, claims, args.repeats, skip)
+            if config is None:
+                break
+            key = config_key(config)
+            claims[f"{me}-{n}"] = {"config": key, "pid": os.getpid(), "host": socket.gethostname()}
+            ledger.write_claims(claims)
+        trial_id = f"{spec.name}-{os.getpid()}-{n}"
+        trial = build_trial_spec(spec, space.arch, config, trial_id, device, cap)
+        tp = int(config.get(R + "tensor_model_parallel_size", 1))
+        resources = Resources(num_cpus=1, num_gpus=tp) if device == "cuda" else Resources(cpus)
+        executor.submit(trial, resources, spec.budget.trial_timeout_s)
+        results = []
+        while not results:
+            results = executor.wait(timeout_s=5.0)
+        result = results[0]
+        with ledger.locked() as landscape:
+            claims = ledger.claims()
+            claims.pop(f"{me}-{n}", None)
+            ledger.write_claims(claims)
+            n += 1
             if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
+                skip.add(key)
                 print(f"  {trial_id}: infra error ({result.error_type}), not recorded", flush=True)
                 continue
-            point = points.setdefault(config_key(config), LandscapePoint(config, []))
-            if point not in landscape.points:
+            point = next((p for p in landscape.points if config_key(p.config) == key), None)
+            if point is None:
+                point = LandscapePoint(config, [])
                 landscape.points.append(point)
             point.runs.append(result)
             if result.device and not landscape.label:
@@ -92,13 +184,16 @@ def main(argv: list[str] | None = None) -> int:
             landscape.recorded_at = datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds")
             landscape.save(args.out)
-            tput = result.metrics.get("throughput_tokens_per_s_per_gpu")
-            print(f"  [{round_ + 1}/{args.repeats}] {n + 1}/{len(todo)} {result.status:<7} "
-                  f"{tput or 0:10.1f} tok/s  peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
-                  f"wall {result.wall_s:6.1f} s  ({(time.monotonic() - started) / 60:.1f} min)",
-                  flush=True)
-    print(f"wrote {args.out}: {len(landscape.points)} configs, "
-          f"{sum(len(p.runs) for p in landscape.points)} runs", flush=True)
+            done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
+        tput = result.metrics.get("throughput_tokens_per_s_per_gpu")
+        print(f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
+              f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
+              f"wall {result.wall_s:6.1f} s  ({(time.monotonic() - started) / 60:.1f} min)",
+              flush=True)
+    with ledger.locked() as landscape:
+        print(f"{args.out}: {len(landscape.points)} configs, "
+              f"{sum(len(p.runs) for p in landscape.points)} runs; this recorder ran {n}",
+              flush=True)
     return 0
 
 

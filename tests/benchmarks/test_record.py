@@ -1,0 +1,83 @@
+"""Landscape recorders filling one file at once (benchmarks/search/record.py): real trials on
+this CPU, each recorder a process with a local Ray of its own, as one per GPU on a host."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotuner.jobs import build_space
+from autotuner.replay import Landscape
+from autotuner.settings import Settings
+from autotuner.spec import parse_job_spec
+from autotuner.study import config_key
+
+REPO = Path(__file__).resolve().parents[2]
+JOB = {
+    "name": "record-test",
+    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
+                 "prompt_length": {"kind": "fixed", "value": 16}, "max_prompt_length": 16,
+                 "response_length": {"kind": "fixed", "value": 16}, "max_response_length": 16,
+                 "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4, "use_kl_loss": False},
+    "cluster": {"device": "cpu", "n_gpus_per_node": 1, "device_memory_gib": 2},
+    "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False,
+               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
+               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
+               "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False]},
+    "budget": {"max_trials": 4, "trial_timeout_s": 120},
+}
+
+
+def _recorder(job: Path, out: Path, tmp: Path, k: int) -> subprocess.Popen:
+    env = dict(os.environ, AUTOTUNER_DATA_DIR=str(tmp / f"data{k}"), AUTOTUNER_RAY_NUM_CPUS="1")
+    env.pop("AUTOTUNER_RAY_ADDRESS", None)
+    return subprocess.Popen([sys.executable, "-m", "benchmarks.search.record", str(job), str(out)],
+                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def _ran(proc: subprocess.Popen) -> int:
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    return int(re.search(r"this recorder ran (\d+)", output).group(1))
+
+
+@pytest.mark.slow
+def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(tmp_path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(JOB))
+    out = tmp_path / "landscape.json"
+    grid = build_space(parse_job_spec(JOB), "cpu", Settings()).grid()
+    keys = [config_key(c) for c in grid]
+    assert len(keys) == 4
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    # A recorder that died mid-trial (its claim is taken over) and one still running
+    # (this test: its config is left to it).
+    claims = {"dead-0": {"config": keys[0], "pid": gone.pid, "host": os.uname().nodename},
+              "live-0": {"config": keys[1], "pid": os.getpid(), "host": os.uname().nodename}}
+    Path(f"{out}.claims").write_text(json.dumps(claims))
+
+    first, second = _recorder(job, out, tmp_path, 1), _recorder(job, out, tmp_path, 2)
+    assert _ran(first) + _ran(second) == 3
+    landscape = Landscape.load(out)
+    recorded = {config_key(p.config): p.runs for p in landscape.points}
+    assert set(recorded) == {keys[0], keys[2], keys[3]}
+    assert all(len(runs) == 1 and runs[0].status == "ok" for runs in recorded.values())
+    assert len({runs[0].trial_id for runs in recorded.values()}) == 3
+    assert json.loads(Path(f"{out}.claims").read_text()) == {"live-0": claims["live-0"]}
+    assert landscape.label.startswith("CPU landscape")
+
+    # The live recorder "dies": the next run of the command records what it had claimed.
+    Path(f"{out}.claims").write_text(json.dumps({"live-0": {**claims["live-0"], "pid": gone.pid}}))
+    assert _ran(_recorder(job, out, tmp_path, 3)) == 1
+    landscape = Landscape.load(out)
+    assert sorted(config_key(p.config) for p in landscape.points) == sorted(keys)
+    assert [len(p.runs) for p in landscape.points] == [1, 1, 1, 1]
+    assert json.loads(Path(f"{out}.claims").read_text()) == {}
