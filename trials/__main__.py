@@ -37,8 +37,16 @@ def _guard_process_group() -> None:
     if os.getpgrp() != os.getpid():
         return  # run by hand inside someone else's group: leave signals alone
 
+    killing = threading.Event()
+    descendants = _descendants_killer()  # imported now: not inside a signal handler
+
     def kill_group(signum: int, frame: object) -> None:
-        _kill_descendants()  # engine processes that left our group die too
+        # Re-entered (a second SIGTERM, or the parent watch beside a handler): the group
+        # kill is all that is left to do.
+        if not killing.is_set():
+            killing.set()
+            with contextlib.suppress(Exception):
+                descendants()  # engine processes that left our group die too
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, kill_group)
@@ -69,15 +77,22 @@ def _watch_parent(kill_group: Callable[[int, object], None]) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _kill_descendants() -> None:
-    """Kill every descendant by pid: the group kill misses one that made its own session."""
+def _descendants_killer() -> Callable[[], None]:
+    """What kills every descendant by pid (the group kill misses one that made its own
+    session). psutil is imported here, up front: imported by the SIGTERM handler, a second
+    signal during the import met a half-initialised module (seen on an H200), and the
+    descendants lived on."""
     try:
         import psutil
     except ImportError:
-        return
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.Error):
-            child.kill()
+        return lambda: None
+
+    def kill() -> None:
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+
+    return kill
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -186,3 +186,32 @@ def test_ranks_of_a_world_cut_as_many_dynamic_micro_batches_as_the_busiest(tiny_
     result = launch_trial(spec, timeout_s=240)
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
     assert result.metrics["actor_real_collectives"] == 1
+
+
+def test_a_burst_of_sigterms_to_the_coordinator_takes_every_rank_down_cleanly(tiny_config):
+    """The launcher's SIGTERM, then another before the first handler is done (the parent
+    watch or a second kill): the group still goes down, with no traceback from the handler
+    (seen on an H200: a handler importing psutil met the half-imported module)."""
+    spec = ranked_spec(tiny_config, "sigterms", phases=["train"])
+    results: list[TrialResult] = []
+    with TrialSessions() as sessions:
+        worker = threading.Thread(target=lambda: results.append(launch_trial(spec, 240)))
+        worker.start()
+        rank1 = None
+        deadline = time.monotonic() + 60
+        while rank1 is None and time.monotonic() < deadline:
+            rank1 = next((pid for pid, _ in proc_stats() if _is_rank(pid, 1)), None)
+            time.sleep(0.05)
+        assert rank1 is not None, "rank 1 never started"
+        import psutil
+
+        coordinator = psutil.Process(rank1).parent()
+        time.sleep(2.0)
+        for _ in range(3):
+            coordinator.send_signal(signal.SIGTERM)
+            time.sleep(0.002)
+        worker.join(120)
+    (result,) = results
+    assert result.status == "error", result.error_message
+    assert "Traceback" not in result.log_tail, result.log_tail[-2000:]
+    assert sessions.leftovers() == []
