@@ -24,10 +24,17 @@ from trials.types import TrialResult
 #   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
 #   predicted_oom  the memory model predicts it does not fit by a clear margin; never run
 #   inferred_oom   at least as large in every memory knob as a measured OOM; never run
-# A re-measurement of a finalist has the status of its outcome and ``repeat_of`` set.
+# A re-measurement of a finalist has the status of its outcome and ``repeat_of`` set; the
+# re-run of an interrupted trial, ``retry_of`` (``RETRY_OF``, set by autotuner.recovery).
 INFEASIBLE_STATUSES = ("oom", "timeout")
 MEASURED_STATUSES = ("ok", "oom", "error", "timeout")
 SKIPPED_STATUSES = ("predicted_oom", "inferred_oom")
+# User attribute of a trial that re-runs an interrupted one: the interrupted trial's number.
+RETRY_OF = "retry_of"
+# The status of a trial Optuna has not been told about yet, whatever its attributes say: the
+# tuner writes a result attribute by attribute and tells the study last, so until then a
+# ``status`` attribute is an outcome half written (its values and the rest still missing).
+UNTOLD_STATUSES = {TrialState.RUNNING: "running", TrialState.WAITING: "queued"}
 
 
 @dataclass
@@ -46,6 +53,7 @@ class TrialRecord:
     duplicate_of: int | None = None
     wall_s: float = 0.0
     repeat_of: int | None = None
+    retry_of: int | None = None
     inferred_from: int | None = None
     # GPUs the trial reserved (CUDA; 0: not recorded, e.g. a CPU trial or an older study).
     gpus: int = 0
@@ -98,10 +106,9 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
 
 def record_of(trial: FrozenTrial) -> TrialRecord:
     a = trial.user_attrs
-    status = a.get("status")
-    if status is None:
-        status = {TrialState.RUNNING: "running", TrialState.WAITING: "queued"}.get(
-            trial.state, "interrupted")
+    status = UNTOLD_STATUSES.get(trial.state, a.get("status"))
+    if status is None:  # told without a status: its process died before it wrote one
+        status = "interrupted"
     return TrialRecord(
         number=trial.number,
         status=status,
@@ -117,6 +124,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         duplicate_of=a.get("duplicate_of"),
         wall_s=float(a.get("wall_s") or 0.0),
         repeat_of=a.get("repeat_of"),
+        retry_of=a.get(RETRY_OF),
         inferred_from=a.get("inferred_from"),
         gpus=int(a.get("gpus") or 0),
         predicted_memory_gib=a.get("predicted_memory_gib") or {},

@@ -18,14 +18,12 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy import exc as sa_exc
 
-from autotuner.records import TrialRecord
+from autotuner.records import RETRY_OF, TrialRecord
 from storage import DatabaseUnavailableError
 from storage.driver_errors import is_transient
 
 log = logging.getLogger(__name__)
 
-# User attribute of a trial that re-runs an interrupted one: the interrupted trial's number.
-RETRY_OF = "retry_of"
 # Trials in a row failing with the same error type and message that stop the job. Larger
 # than the infrastructure breaker's 3: distinct configs sharing one bad knob value may fail
 # alike a few times by chance, but five identical failures in a row mean nothing can run.

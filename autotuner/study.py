@@ -494,6 +494,7 @@ class StudyRunner:
         """Tell the outcome; the trial's record, or None for an infrastructure failure."""
         pending = self._pending.pop(result.trial_id)
         trial, config = pending.trial, pending.config
+        # Written one by one; readers see the trial running until it is told (record_of).
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
         if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:

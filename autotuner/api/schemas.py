@@ -141,6 +141,8 @@ class TrialPublic(BaseModel):
     wall_s: float
     repeat_of: int | None = Field(default=None, description="Set on a finalist's re-measurement: "
                                   "the trial it measures again (not counted against the budget).")
+    retry_of: int | None = Field(default=None, description="Set on the re-run of an interrupted "
+                                 "trial (its tuner stopped while it ran): the trial it runs again.")
     inferred_from: int | None = Field(default=None, description="inferred_oom: the measured OOM "
                                       "that rules it out.")
     predicted_memory_gib: dict[str, float] = Field(
@@ -159,7 +161,7 @@ class TrialPublic(BaseModel):
             config=r.config, metrics=r.metrics, phase_timings_s=r.phase_timings_s, phase=r.phase,
             error_type=r.error_type, error_message=r.error_message, device=r.device,
             values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
-            repeat_of=r.repeat_of, inferred_from=r.inferred_from,
+            repeat_of=r.repeat_of, retry_of=r.retry_of, inferred_from=r.inferred_from,
             predicted_memory_gib=r.predicted_memory_gib, memory_error_gib=r.memory_error_gib,
             runs=RunsPublic.of(runs),
         )
