@@ -40,7 +40,7 @@ fi
 for job in "$@"; do
   name=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
   mkdir -p "/tmp/at/$name"
-  echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }bash benchmarks/gpu/run-studies.sh $job" > "/tmp/at/$name/command"
+  echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }${STUDY_TAG:+STUDY_TAG=$STUDY_TAG }${STUDY_RAY:+STUDY_RAY=$STUDY_RAY }bash benchmarks/gpu/run-studies.sh $job${STUDY_PLAN:+ (from $STUDY_PLAN)}" > "/tmp/at/$name/command"
   AUTOTUNER_RAY_ADDRESS=$address AUTOTUNER_DATA_DIR=/tmp/at/$name \
     setsid nohup python3 -m autotuner.cli tune "$job" > "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
   echo "$!" > "/tmp/at/logs/$name.pid"

@@ -10,6 +10,7 @@
 #      time; the recorders share /tmp/at/landscape/qwen2.5-1.5b-h200.json) until it is full.
 # usage: setsid nohup bash benchmarks/gpu/scale-out-x4.sh > /tmp/at/logs/plan.out 2>&1 &
 set -uo pipefail
+export STUDY_PLAN="bash benchmarks/gpu/scale-out-x4.sh"
 mkdir -p /tmp/at/logs /tmp/at/landscape
 echo $$ > /tmp/at/logs/plan.pid
 TP_JOB=benchmarks/jobs/qwen2-7b-grpo-8gpu-tp.yaml
