@@ -11,27 +11,10 @@
 # usage: setsid nohup bash benchmarks/gpu/scale-out-x4.sh > /tmp/at/logs/plan.out 2>&1 &
 set -uo pipefail
 export STUDY_PLAN="bash benchmarks/gpu/scale-out-x4.sh"
-mkdir -p /tmp/at/logs /tmp/at/landscape
+source benchmarks/gpu/plan-lib.sh
 echo $$ > /tmp/at/logs/plan.pid
 TP_JOB=benchmarks/jobs/qwen2-7b-grpo-8gpu-tp.yaml
 SGLANG_JOB=benchmarks/jobs/qwen2.5-1.5b-grpo-sglang.yaml
-LANDSCAPE_JOB=benchmarks/search/jobs/qwen2.5-1.5b-h200-landscape.yaml
-LANDSCAPE=/tmp/at/landscape/qwen2.5-1.5b-h200.json
-log() { echo "[$(date +%T)] $*"; }
-wait_for() { while kill -0 "$(cat "$1")" 2>/dev/null; do sleep 5; done; }
-study() {  # GPUS TAG JOB: a study on a local Ray of its own over GPUS; waits for it
-  STUDY_RAY=local STUDY_GPUS=$1 STUDY_TAG=$2 bash benchmarks/gpu/run-studies.sh "$3"
-  wait_for "/tmp/at/logs/$(basename "$3" .yaml)-$2.pid"
-  log "study $2 done: $(tail -n 1 "/tmp/at/logs/$(basename "$3" .yaml)-$2.log")"
-}
-record() {  # GPU: a landscape recorder on that GPU (detached, like the studies)
-  (cd /tmp/repo && source benchmarks/gpu/env.sh &&
-   CUDA_VISIBLE_DEVICES=$1 AUTOTUNER_DATA_DIR=/tmp/at-record/gpu$1 \
-     setsid nohup python3 -m benchmarks.search.record "$LANDSCAPE_JOB" "$LANDSCAPE" \
-     > "/tmp/at/logs/record-gpu$1.log" 2>&1 < /dev/null &
-   echo $! > "/tmp/at/logs/record-gpu$1.pid")
-  log "recorder on GPU $1"
-}
 
 log "1: TP job on GPUs 0-3"
 study 0,1,2,3 4gpus "$TP_JOB"
