@@ -119,14 +119,7 @@ def test_a_rank_killed_mid_trial_fails_it_and_takes_the_other_ranks_down(tiny_co
     spec.rank_grace_s = 5.0  # rank 0 may sit in a collective with its dead peer
     results: list[TrialResult] = []
     with TrialSessions() as sessions:
-        worker = threading.Thread(target=lambda: results.append(launch_trial(spec, 240)))
-        worker.start()
-        rank1 = None
-        deadline = time.monotonic() + 60
-        while rank1 is None and time.monotonic() < deadline:
-            rank1 = next((pid for pid, _ in proc_stats() if _is_rank(pid, 1)), None)
-            time.sleep(0.05)
-        assert rank1 is not None, "rank 1 never started"
+        worker, rank1 = _launch_until_rank_1(spec, results)
         time.sleep(3.0)  # into its trial
         os.kill(rank1, signal.SIGKILL)
         worker.join(120)
@@ -135,6 +128,19 @@ def test_a_rank_killed_mid_trial_fails_it_and_takes_the_other_ranks_down(tiny_co
     assert "rank 1" in result.error_message and "SIGKILL" in result.error_message
     assert result.wall_s < 60
     assert sessions.leftovers() == []
+
+
+def _launch_until_rank_1(spec, results: list[TrialResult]) -> tuple[threading.Thread, int]:
+    """Launch the trial from a thread (its result into ``results``) and wait for its rank 1."""
+    worker = threading.Thread(target=lambda: results.append(launch_trial(spec, 240)))
+    worker.start()
+    rank1 = None
+    deadline = time.monotonic() + 60
+    while rank1 is None and time.monotonic() < deadline:
+        rank1 = next((pid for pid, _ in proc_stats() if _is_rank(pid, 1)), None)
+        time.sleep(0.05)
+    assert rank1 is not None, "rank 1 never started"
+    return worker, rank1
 
 
 def _is_rank(pid: int, rank: int) -> bool:
@@ -195,14 +201,7 @@ def test_a_burst_of_sigterms_to_the_coordinator_takes_every_rank_down_cleanly(ti
     spec = ranked_spec(tiny_config, "sigterms", phases=["train"])
     results: list[TrialResult] = []
     with TrialSessions() as sessions:
-        worker = threading.Thread(target=lambda: results.append(launch_trial(spec, 240)))
-        worker.start()
-        rank1 = None
-        deadline = time.monotonic() + 60
-        while rank1 is None and time.monotonic() < deadline:
-            rank1 = next((pid for pid, _ in proc_stats() if _is_rank(pid, 1)), None)
-            time.sleep(0.05)
-        assert rank1 is not None, "rank 1 never started"
+        worker, rank1 = _launch_until_rank_1(spec, results)
         import psutil
 
         coordinator = psutil.Process(rank1).parent()
