@@ -12,7 +12,8 @@ their ``hostname`` is ``replay:<recording host>``.
 A trial's cost is its recorded ``wall_s`` (interpreter and engine start-up included;
 less the engine's share, ``engine_seconds``, for a trial that reuses another's rollout)
 times the GPUs it reserved (``LandscapePoint.gpus``: its ranks, else its
-``tensor_model_parallel_size``; a CPU trial counts as one device): ``ReplayExecutor.cost_s`` adds it up, in the order trials were submitted.
+``tensor_model_parallel_size``; a CPU trial counts as one device): ``ReplayExecutor.cost_s``
+adds it up, in the order trials were submitted.
 
 Threading: one executor is driven by one thread (the study loop).
 """

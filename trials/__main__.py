@@ -3,8 +3,9 @@
 Runs one trial in this fresh process and writes its ``TrialResult`` as JSON; logs go to
 stderr. A trial over several GPUs (``trial_gpus > 1``) is coordinated from here: its
 ranks run as ``python -m trials rank --spec SPEC.json --group GROUP.json --out ...``
-(``trials.ranks``), in this process's group. ``--progress`` is rewritten at each phase entry with the partial result, so a
-launcher that kills this process at its deadline can still tell where it was.
+(``trials.ranks``), in this process's group. ``--progress`` is rewritten at each phase
+entry with the partial result, so a launcher that kills this process at its deadline can
+still tell where it was.
 
 When this process leads its own process group (``launch_trial`` starts it so), SIGTERM
 kills the whole group at once (the engine's processes included), and the process asks

@@ -17,6 +17,7 @@ really print (vLLM 0.24/0.32, SGLang 0.5.17, PyTorch 2.x, NCCL 2.x, glibc).
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -177,3 +178,10 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         seen.add(id(current))
         yield current
         current = current.__cause__ or current.__context__
+
+
+def exit_text(returncode: int | None) -> str:
+    """How a process ended, for an error message: "was killed by SIGKILL", "exited with code 1"."""
+    if returncode is not None and returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with code {returncode}"

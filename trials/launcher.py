@@ -39,7 +39,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from trials.failures import OOM, match_text
+from trials.failures import OOM, exit_text, match_text
 from trials.memory import gpu_readings
 from trials.rollout import BACKENDS
 from trials.types import TrialResult, TrialSpec
@@ -153,7 +153,7 @@ def _launch(
         named = death_note.error_type if death_note is not None and not oom_killed else None
         result.error_type = named or "TrialProcessDied"
         result.error_message = (
-            f"the trial process {_exit_text(proc.returncode)} without writing a result"
+            f"the trial process {exit_text(proc.returncode)} without writing a result"
         )
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail
@@ -230,12 +230,6 @@ def _from_progress(spec: TrialSpec, progress_path: Path, status: str) -> TrialRe
     result.phase, result.device, result.hostname = partial.phase, partial.device, partial.hostname
     result.metrics, result.phase_timings_s = partial.metrics, partial.phase_timings_s
     return result
-
-
-def _exit_text(returncode: int | None) -> str:
-    if returncode is not None and returncode < 0:
-        return f"was killed by {signal.Signals(-returncode).name}"
-    return f"exited with code {returncode}"
 
 
 def _tail(path: Path) -> str:

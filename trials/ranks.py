@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -294,7 +293,7 @@ def _abort_if_failed(workdir: Path, rank: int, code: int) -> None:
         write_abort(str(workdir), {
             "rank": rank, "status": "error", "phase": _progress_phase(workdir, rank),
             "error_type": "TrialProcessDied",
-            "error_message": f"rank {rank}'s process {_exit_text(code)} without a result",
+            "error_message": f"rank {rank}'s process {failures.exit_text(code)} without a result",
         })
     elif result.status != "ok":
         write_abort(str(workdir), {
@@ -323,12 +322,6 @@ def _progress_phase(workdir: Path, rank: int) -> str | None:
         return None
 
 
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
-    return f"exited with code {code}"
-
-
 def _kill_tree(pid: int) -> None:
     import psutil
 
@@ -346,7 +339,7 @@ def _rank_result(spec: TrialSpec, workdir: Path, rank: int, code: int | None) ->
             return TrialResult.from_json(path.read_text())
     return TrialResult(spec.trial_id, "error", phase=_progress_phase(workdir, rank),
                        error_type="TrialProcessDied",
-                       error_message=f"rank {rank}'s process {_exit_text(code)} without a result")
+                       error_message=f"rank {rank}'s process {failures.exit_text(code)} without a result")
 
 
 # ---------------------------------------------------------------------- merge

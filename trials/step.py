@@ -18,8 +18,8 @@ measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
 ``step_tokens`` is prompt + response tokens of the whole batch, ``sum(train lengths) *
 n_gpus / trial_gpus``, when the train phase ran; rollout only: the measured replicas'
 prompt + generated tokens ``* rollout_replicas / (trial_gpus / TP)`` (a trial measures
-``trial_gpus`` ranks and their replicas; see ``trials.ranks``). The rollout-side parts count only when the rollout ran, the
-train-side parts only when the train phase did.
+``trial_gpus`` ranks and their replicas; see ``trials.ranks``). The rollout-side parts
+count only when the rollout ran, the train-side parts only when the train phase did.
 
 ``throughput_tokens_per_s_per_gpu = step_tokens / step_time_s / n_gpus``, which is
 verl's ``perf/throughput``. Weight sync between trainer and engine, data loading and

@@ -44,7 +44,8 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
     doc["search"] = {path: {"fixed": value} for path, value in {
         R + "gpu_memory_utilization": 0.5, R + "max_num_batched_tokens": 1024,
         R + "max_num_seqs": 64, R + "enforce_eager": True, A + "use_dynamic_bsz": False,
-        R + "log_prob_micro_batch_size_per_gpu": 8, "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
+        R + "log_prob_micro_batch_size_per_gpu": 8,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
         "actor_rollout_ref.model.enable_gradient_checkpointing": True,
         A + "fsdp_config.param_offload": False, A + "fsdp_config.optimizer_offload": False,
     }.items()} | {A + "ppo_micro_batch_size_per_gpu": {"choices": [2, 8]}}
@@ -66,5 +67,6 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
     assert second.phase_timings_s["rollout"] == first.phase_timings_s["rollout"]
     assert m["step_time_s"] == pytest.approx(sum(
         v for k, v in second.phase_timings_s.items() if k != "startup"))
-    assert second.config[A + "ppo_micro_batch_size_per_gpu"] != first.config[A + "ppo_micro_batch_size_per_gpu"]
+    micro = A + "ppo_micro_batch_size_per_gpu"
+    assert second.config[micro] != first.config[micro]
     assert second.wall_s < first.wall_s - first.metrics["engine_startup_s"] / 2
