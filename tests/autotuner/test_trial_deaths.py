@@ -224,7 +224,9 @@ def test_a_killed_engine_process_is_an_error_naming_it(tmp_path, ray_local, tria
     assert (died.status, died.error_type, died.phase) == ("error", "EngineDied", "rollout"), (
         died.error_message)
     assert "EngineCore" in died.error_message and "killed by SIGKILL" in died.error_message
-    assert died.wall_s < 150, "the trial waited for its deadline"
+    # Well short of the 300 s deadline it would have waited for (the engine's start-up on a
+    # loaded 2-core machine alone can take a minute or two).
+    assert died.wall_s < 300 - 60, "the trial waited for its deadline"
     assert next_one.status == "ok", (next_one.error_type, next_one.error_message)
     _assert_clean(checks, 0, after_ok=1)
     assert summary.stop_reason == "reached max_trials (2)"
