@@ -3,6 +3,9 @@
 LANDSCAPE_JOB=${LANDSCAPE_JOB:-benchmarks/search/jobs/qwen2.5-1.5b-h200-landscape.yaml}
 LANDSCAPE=${LANDSCAPE:-/tmp/at/landscape/qwen2.5-1.5b-h200.json}
 mkdir -p /tmp/at/logs /tmp/at/landscape
+if [ ! -d /tmp/repo ]; then  # the private copy run-studies.sh makes, for the recorders too
+  mkdir -p /tmp/repo && cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+fi
 log() { echo "[$(date +%T)] $*"; }
 wait_for() { while kill -0 "$(cat "$1")" 2>/dev/null; do sleep 5; done; }
 study() {  # GPUS TAG JOB: a study on a local Ray of its own over GPUS; waits for it
