@@ -395,6 +395,13 @@ class Budget(_Model):
     remeasure_runs: int = Field(
         default=3, ge=2, le=20, description="Runs of each finalist in all, its first included."
     )
+    compose_phases: bool = Field(
+        default=True,
+        description="Before asking the sampler, run the unmeasured config predicted fastest by "
+        "adding the engine-side phase times of a measured trial with its rollout knobs to the "
+        "train-side phase times of a measured trial with its train knobs, when the prediction "
+        "beats the best measured throughput by more than noise_band_pct (autotuner.compose).",
+    )
     reuse_rollouts: bool = Field(
         default=True,
         description="A one-GPU trial whose rollout knobs and actor offload equal those of a trial "

@@ -10,7 +10,14 @@ Outcome mapping (Optuna samplers ignore FAIL trials and would propose them again
   the job (circuit breaker).
 - a proposal that breaks a verl rule: FAIL as ``invalid``, never run.
 - a proposal equal to an earlier trial's config: told that trial's outcome as
-  ``duplicate``, not run again.
+  ``duplicate``, not run again. One equal to a trial in flight is told ``duplicate`` (FAIL)
+  too, and the loop asks for nothing more until a result comes in: a small space whose
+  configs are all in flight would otherwise fill the study with duplicates and count as
+  exhausted while unmeasured configs remain.
+- phase composition (``autotuner.compose``, ``budget.compose_phases``): before asking the
+  sampler, the unmeasured combination of a measured engine side and a measured actor side
+  predicted fastest is queued, when it beats the best measured throughput by more than the
+  noise band; it runs like any proposal (screened, deduplicated, its rollout reused).
 - a proposal at least as large in every memory knob as a measured OOM (the rest equal):
   ``inferred_oom``; one the memory model predicts to exceed the device by more than the
   job's margin (and no measured success at least as large vouches for): ``predicted_oom``.
@@ -22,7 +29,9 @@ in Ray's queue with its deadline running; a trial larger than every node is ``in
 On resume, trials left RUNNING by a dead process are marked ``interrupted`` (FAIL);
 finished trials count against the budget and are not repeated.
 
-The loop stops at ``max_trials`` measured trials, ``max_minutes``, an exhausted space, or
+The loop stops at ``max_trials`` measured trials, ``max_minutes``, an exhausted space (every
+config of a listed space measured or known not to fit; for a larger one, 200 proposals in a
+row that could not run), or
 early once the Pareto front has not improved beyond the noise band for
 ``patience_trials`` trials (``autotuner.stopping``); then the fastest finalists of the
 front are measured again (``remeasure_finalists`` x ``remeasure_runs``: ``repeat_of``
@@ -44,6 +53,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.compose import THROUGHPUT, best_composition, next_engine_side
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
 from autotuner.knobs import KNOBS
@@ -62,6 +72,10 @@ log = logging.getLogger(__name__)
 # Proposals in a row that could not be run (invalid, duplicate or known not to fit) before
 # the space counts as exhausted.
 MAX_UNRUNNABLE_IN_A_ROW = 200
+# A space of at most this many configs is listed (``SearchSpace.grid``): the loop stops
+# proposing once each is measured, in flight or known not to fit, without asking the
+# sampler for proposals it can only repeat.
+GRID_LISTED_UP_TO = 4096
 CONSTRAINT = "fits"
 # Failures that say nothing about the config (the machine or Ray failed, or the user
 # cancelled): recorded as ``infra_error``, not counted, and the config may run again.
@@ -180,6 +194,9 @@ class StudyRunner:
     _patience: Patience | None = None
     _measured: int = 0
     _gpus: GpuCapacity | None = None
+    _composed: set[str] = field(default_factory=set)  # config keys queued by composition
+    _grid: set[str] | None = None  # every config the space holds, when it is small enough to list
+    _predicted_oom: set[str] = field(default_factory=set)  # config keys skipped by prediction
 
     def __post_init__(self) -> None:
         settings = self.spec.memory_model
@@ -245,6 +262,8 @@ class StudyRunner:
         budget = self.spec.budget
         self._load_known()
         self._gpus = self._gpu_capacity()
+        if self.space.size <= GRID_LISTED_UP_TO:
+            self._grid = {config_key(c) for c in self.space.grid()}
         deadline = time.monotonic() + budget.max_minutes * 60
         stop_reason = self._search(deadline)
         if stop_reason.startswith(("reached max_trials", "search space exhausted", "stopped early")):
@@ -257,6 +276,7 @@ class StudyRunner:
     def _search(self, deadline: float) -> str:
         budget = self.spec.budget
         unrunnable_in_a_row = 0
+        holding = False  # a proposal equalled a trial in flight: wait for a result first
         breaker = _Breaker()
         while True:
             if self.hooks.stop_requested():
@@ -265,11 +285,21 @@ class StudyRunner:
             patience_out = self._patience is not None and self._patience.exhausted
             can_launch = (launched < budget.max_trials and time.monotonic() < deadline
                           and len(self._pending) < budget.max_concurrent_trials
-                          and not self._waiting_for_gpus()
+                          and not self._waiting_for_gpus() and not holding
                           and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW and not patience_out)
+            left = self._unsettled()
+            if can_launch and left is not None and not left:  # nothing new to propose
+                if not self._pending:
+                    return (f"search space exhausted: all {len(self._grid or ())} configs of the "
+                            "space were measured, are in flight or are known not to fit")
+                can_launch = False
             if can_launch:
+                self._queue_composition()
                 ran = self._launch_one()
-                unrunnable_in_a_row = 0 if ran else unrunnable_in_a_row + 1
+                if ran is None:
+                    holding = True
+                else:
+                    unrunnable_in_a_row = 0 if ran else unrunnable_in_a_row + 1
                 continue
             if not self._pending:
                 if self._measured >= budget.max_trials:
@@ -281,19 +311,29 @@ class StudyRunner:
                             f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already, "
                             "invalid or known not to fit")
                 return f"reached max_minutes ({budget.max_minutes:g})"
-            tripped = self._collect(breaker)
-            if tripped:
-                return tripped
+            results = self._collect(breaker)
+            if isinstance(results, str):
+                return results
+            holding = holding and not results
 
-    def _collect(self, breaker: _Breaker) -> str:
-        """Tell the results that are in; the breaker's stop reason when it trips, else ''."""
-        for result in self.executor.wait(timeout_s=1.0):
+    def _unsettled(self) -> set[str] | None:
+        """The configs of a listed space (``GRID_LISTED_UP_TO``) not measured, in flight or
+        known not to fit; None for a space too large to list."""
+        if self._grid is None:
+            return None
+        pending = {config_key(p.config) for p in self._pending.values()}
+        return self._grid - set(self._known) - pending - self._predicted_oom
+
+    def _collect(self, breaker: _Breaker) -> str | int:
+        """Tell the results that are in: how many, or the breaker's stop reason when it trips."""
+        results = self.executor.wait(timeout_s=1.0)
+        for result in results:
             breaker.saw(result, self._finish(result) is None)
         if breaker.tripped:
             self._cancel_all()
             return breaker.reason()
         self._dispatch()
-        return ""
+        return len(results)
 
     def _cancel(self) -> str:
         self._cancel_all()
@@ -306,6 +346,56 @@ class StudyRunner:
         for tid in [t for t, p in self._pending.items() if not p.dispatched]:
             self._finish(TrialResult(tid, "error", error_type="Cancelled",
                                      error_message="the job stopped before this trial got its GPUs"))
+
+    # ------------------------------------------------------------------ composition
+
+    def _composes(self) -> bool:
+        w = self.spec.workload
+        return (self.spec.budget.compose_phases and w.measures_rollout and w.measures_train
+                and any(o.metric == THROUGHPUT and o.resolved_direction == "maximize"
+                        for o in self.spec.objectives))
+
+    def _queue_composition(self) -> None:
+        """Queue the config ``autotuner.compose`` predicts fastest, if it beats the best
+        measured throughput by more than the noise band (once per config; not while another
+        queued trial, a baseline's or an earlier composition's, waits to run)."""
+        if not self._composes() or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            return
+        exclude = set(self._known) | {config_key(p.config) for p in self._pending.values()} | self._composed
+        best = best_composition(self._ran, self.space.searched, exclude,
+                                lambda params: config_key(self.space.full_config(params)))
+        incumbent = max((r.metrics.get(THROUGHPUT, 0.0) for r in self._ran if r.feasible), default=0.0)
+        band = 1 + self.spec.budget.noise_band_pct / 100
+        if best is None or best.predicted_throughput <= incumbent * band:
+            self._queue_exploration(exclude)
+            return
+        self._composed.add(config_key(self.space.full_config(best.params)))
+        log.info("queued a composition: trial %s's rollout side with trial %s's train side, "
+                 "predicted %.1f tokens/s/GPU (best measured %.1f)", best.engine_from,
+                 best.actor_from, best.predicted_throughput, incumbent)
+        self.study.enqueue_trial(best.params, user_attrs={
+            "composed_from": [best.engine_from, best.actor_from],
+            "predicted_throughput": round(best.predicted_throughput, 1)})
+
+    def _queue_exploration(self, exclude: set[str]) -> None:
+        """Queue an engine-side setting no proposal has had yet, paired with the best train
+        side measured so far (``compose.next_engine_side``), if there is one."""
+        tried = [r.config for r in records(self.study) if r.config]
+        while True:
+            found = next_engine_side(self._ran, self.space.searched, tried, self.spec.seed)
+            if found is None:
+                return
+            combo, best = found
+            params = {p: best.config[p] for p in self.space.searched if p in best.config} | combo
+            config = self.space.full_config(params)
+            tried.append(params)
+            if config_key(config) in exclude:
+                continue
+            self._composed.add(config_key(config))
+            log.info("queued an engine-side setting not tried yet, with trial %s's train side: %s",
+                     best.number, combo)
+            self.study.enqueue_trial(params, user_attrs={"explores_with": best.number})
+            return
 
     # ------------------------------------------------------------------ rollout reuse
 
@@ -353,9 +443,9 @@ class StudyRunner:
             pending.dispatched = True
             self.hooks.on_start(pending.trial.number, tid)
 
-    def _launch_one(self) -> bool:
+    def _launch_one(self) -> bool | None:
         """Ask for one proposal; run it if it is valid, new and not known not to fit. True
-        when a trial launched."""
+        when a trial launched, None when the proposal equals a trial in flight."""
         trial = self.study.ask()
         proposal = self.space.suggest(trial)
         config = proposal.config
@@ -363,9 +453,12 @@ class StudyRunner:
             self._tell_unrun(trial, config, "invalid", "; ".join(map(str, proposal.violations)))
             return False
         key = config_key(config)
-        if key in self._known or key in {config_key(p.config) for p in self._pending.values()}:
-            self._tell_duplicate(trial, config, self._known.get(key))
+        if key in self._known:
+            self._tell_duplicate(trial, config, self._known[key])
             return False
+        if key in {config_key(p.config) for p in self._pending.values()}:
+            self._tell_duplicate(trial, config, None)
+            return None
         predicted = self._screen(trial, config)
         if predicted is None:
             return False
@@ -448,7 +541,7 @@ class StudyRunner:
                 self._launch_repeat(queue.pop(0))
                 continue
             tripped = self._collect(breaker)
-            if tripped:
+            if isinstance(tripped, str):
                 return f"; re-measuring the finalists stopped: {tripped}"
         numbers = ", ".join(f"#{r.number}" for r in finalists)
         return (f"; finalists {numbers} measured {budget.remeasure_runs} times each "
@@ -547,6 +640,8 @@ class StudyRunner:
         record = record_of(self.study._storage.get_trial(trial._trial_id))
         if status == "inferred_oom":  # certain; a prediction is made again if it is re-proposed
             self._known.setdefault(config_key(config), record)
+        else:
+            self._predicted_oom.add(config_key(config))
         self.hooks.on_record(record)
 
     def _tell_duplicate(self, trial: optuna.Trial, config: dict[str, Any],

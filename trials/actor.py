@@ -28,19 +28,37 @@ def torch_dtype(name: str) -> torch.dtype:
     return TORCH_DTYPES[name]
 
 
+def without_cudnn_attention() -> None:
+    """Turn PyTorch's cuDNN attention backend off, process-wide (set once, before a model
+    runs; a flag, so gradient checkpointing's recomputation in the backward sees it too).
+
+    verl's actor computes attention with flash-attn. PyTorch's SDPA on Hopper prefers
+    cuDNN's fused attention, which builds an execution plan for every new sequence length
+    (a micro-batch's padded width): over a batch of varied lengths the first pass ran 4-6x
+    slower than the next on an H200 (old-log-prob 9.6k against 60k tokens/s, update 3.5k
+    against 15k; ``benchmarks/gpu/engine_train_probe.py``). Importing vLLM turns that
+    backend off, SGLang leaves it on, so SGLang's trials alone paid it. Off here, every
+    trial trains on the same kernels whatever its engine: flash, or memory-efficient where
+    a padding mask is given.
+    """
+    torch.backends.cuda.enable_cudnn_sdp(False)
+
+
 def build_causal_lm(
     model_config: dict[str, Any],
     dtype: torch.dtype,
     device: torch.device,
     gradient_checkpointing: bool,
 ) -> torch.nn.Module:
-    """A randomly initialised causal LM for ``model_config`` (an HF config.json dict)."""
+    """A randomly initialised causal LM for ``model_config`` (an HF config.json dict), its
+    attention on SDPA without cuDNN's backend (``without_cudnn_attention``)."""
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = {k: v for k, v in model_config.items() if k not in ("torch_dtype", "dtype", "auto_map")}
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     config.use_cache = False
+    without_cudnn_attention()
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(

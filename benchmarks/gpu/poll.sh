@@ -27,7 +27,7 @@ for d in /tmp/at/*/; do
     "$d/autotuner.db" "$pack/$name.db"
 done
 cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
-[ -d /tmp/at/probe ] && mkdir -p "$pack/probe" && cp /tmp/at/probe/*.json "$pack/probe/" 2>/dev/null
+for p in /tmp/at/probe*/; do mkdir -p "$pack/$(basename "$p")" && cp "$p"*.json "$pack/$(basename "$p")/" 2>/dev/null; done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
 find /tmp/at /tmp/at-record -name '*.log' -size -2M -print0 2>/dev/null |
   while IFS= read -r -d '' f; do cp "$f" "$pack/logs/$(echo "${f#/tmp/}" | tr '/' '_')"; done

@@ -12,7 +12,9 @@ request), with a budget of as many trials as the landscape has configs:
   multivariate, NSGA-II population 8), with no memory model and no early stopping;
 - ``ours``: the tuner as a job runs it: verl's defaults first, TPE, the memory model
   (calibrated on the trials replayed so far) and the monotone feasibility structure
-  skipping proposals known not to fit, early stopping (``patience_trials``), rollout reuse
+  skipping proposals known not to fit, phase composition (``autotuner.compose``: the
+  unmeasured config predicted fastest from measured engine and train sides, run ahead of
+  the sampler), early stopping (``patience_trials``), rollout reuse
   (a config differing from a replayed one only in train knobs costs its recorded run less
   the engine's share, ``replay.engine_seconds``) and the finalists' re-measurement, with
   the landscape job's budget settings.
@@ -109,7 +111,7 @@ def run_strategy(landscape: Landscape, strategy: str, seed: int,
     data = landscape.spec.model_dump(mode="json") | {"seed": seed}
     data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60}
     if not ours:
-        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0,
+        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0, "compose_phases": False,
                            "reuse_rollouts": False}  # other tuners start an engine per trial
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The next 4-GPU H200 run, after setup-host.sh and setup-sglang.sh, detached (about 25 minutes):
+#   1. GPUs 0-3: the controlled TP sweep again (jobs/qwen2-7b-grpo-8gpu-tp-sweep.yaml: TP 1, 2,
+#      4 with the TP job's best train knobs), now that every rank of a multi-GPU trial trains
+#      without cuDNN attention (the fifth session's sweep was confounded by it:
+#      benchmarks/README.md): HybridFlow's question.
+#   2. GPUs 0,1: the SGLang job (jobs/qwen2.5-1.5b-grpo-sglang.yaml, 16 measured trials at most,
+#      16 minutes); GPUs 2,3: its vLLM twin, the same workload, baselines and sampler; then
+#      python3 -m benchmarks.gpu.report --compare TWIN.json SGLANG.json.
+# usage: setsid nohup bash benchmarks/gpu/session6-x4.sh > /tmp/at/logs/plan.out 2>&1 &
+set -uo pipefail
+export STUDY_PLAN="bash benchmarks/gpu/session6-x4.sh"
+source benchmarks/gpu/plan-lib.sh
+echo $$ > /tmp/at/logs/plan.pid
+
+log "1: TP sweep on GPUs 0-3"
+study 0,1,2,3 4gpus benchmarks/jobs/qwen2-7b-grpo-8gpu-tp-sweep.yaml
+
+log "2: the SGLang job on GPUs 0,1, its vLLM twin on GPUs 2,3"
+study 0,1 pair benchmarks/jobs/qwen2.5-1.5b-grpo-sglang.yaml &
+study 2,3 pair benchmarks/jobs/qwen2.5-1.5b-grpo-vllm-twin.yaml &
+wait
+log "plan done"

@@ -1,0 +1,199 @@
+"""Phase composition (autotuner.compose) and its place in the study loop, on the real H200
+landscape (benchmarks/search/landscapes/qwen2.5-1.5b-h200.json: 24 configs of a
+Qwen2.5-1.5B rollout + train job, each measured on an H200) replayed by ReplayExecutor."""
+
+from __future__ import annotations
+
+import statistics
+
+import optuna
+import pytest
+
+from autotuner.compose import ACTOR_PHASES, ENGINE_PHASES, THROUGHPUT, best_composition, next_engine_side
+from autotuner.knobs import A, R
+from autotuner.records import TrialRecord, records
+from autotuner.replay import Landscape, ReplayExecutor
+from autotuner.samplers import make_sampler
+from autotuner.space import SearchSpace
+from autotuner.spec import JobSpec
+from autotuner.study import StudyRunner, config_key, open_study
+
+from .conftest import REPO
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+H200 = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
+GMU, SEQS = R + "gpu_memory_utilization", R + "max_num_seqs"
+MICRO, LOG_PROB = A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"
+OFFLOAD = A + "fsdp_config.param_offload"
+SEARCHED = {GMU: [0.5, 0.8], MICRO: [4, 16], OFFLOAD: [False, True]}
+
+
+@pytest.fixture(scope="module")
+def landscape() -> Landscape:
+    return Landscape.load(H200)
+
+
+def _rec(number: int, gmu: float, micro: int, engine_s: float, actor_s: float,
+         offload: bool = False, tokens_per_gpu: float = 1.0e6) -> TrialRecord:
+    timings = {"startup": 60.0, "rollout": engine_s - 2.0, "engine_sleep": 1.0, "engine_wake": 1.0,
+               "old_log_prob": actor_s / 4, "ref_log_prob": actor_s / 4, "update_actor": actor_s / 2,
+               "actor_reload": 0.0}
+    return TrialRecord(number, "ok", config={GMU: gmu, MICRO: micro, OFFLOAD: offload},
+                       metrics={THROUGHPUT: tokens_per_gpu / (engine_s + actor_s)},
+                       phase_timings_s=timings)
+
+
+def test_the_phase_lists_cover_a_step() -> None:
+    rec = _rec(0, 0.5, 4, 50.0, 100.0)
+    assert sum(rec.phase_timings_s[p] for p in ENGINE_PHASES + ACTOR_PHASES) == pytest.approx(150.0)
+
+
+def test_a_measured_engine_side_and_a_measured_train_side_compose_into_the_unmeasured_best() -> None:
+    recs = [_rec(0, 0.5, 4, engine_s=60.0, actor_s=100.0),   # slow engine, fast training
+            _rec(1, 0.8, 16, engine_s=40.0, actor_s=150.0)]  # fast engine, slow training
+    best = best_composition(recs, SEARCHED, set(), config_key)
+    assert best is not None and (best.engine_from, best.actor_from) == (1, 0)
+    assert best.params == {GMU: 0.8, MICRO: 4, OFFLOAD: False}
+    assert best.predicted_throughput == pytest.approx(1.0e6 / (40.0 + 100.0))
+    # once run (or excluded), the other unmeasured combination is next
+    nxt = best_composition(recs, SEARCHED, {config_key(best.params)}, config_key)
+    assert nxt is not None and nxt.params == {GMU: 0.5, MICRO: 16, OFFLOAD: False}
+    assert best_composition(recs, SEARCHED, {config_key(best.params), config_key(nxt.params)},
+                            config_key) is None
+
+
+def test_sides_with_a_different_actor_offload_do_not_compose() -> None:
+    recs = [_rec(0, 0.5, 4, 60.0, 100.0, offload=False), _rec(1, 0.8, 16, 40.0, 150.0, offload=True)]
+    assert best_composition(recs, SEARCHED, set(), config_key) is None
+
+
+def test_failed_runs_and_runs_without_both_sides_do_not_compose() -> None:
+    oom = _rec(0, 0.8, 16, 40.0, 150.0)
+    oom.status = "oom"
+    train_only = _rec(1, 0.8, 16, 40.0, 150.0)
+    train_only.phase_timings_s = {p: v for p, v in train_only.phase_timings_s.items() if p in ACTOR_PHASES}
+    assert best_composition([_rec(2, 0.5, 4, 60.0, 100.0), oom, train_only], SEARCHED, set(),
+                            config_key) is None
+
+
+def test_the_next_engine_side_is_untried_and_paired_with_the_best_train_side() -> None:
+    recs = [_rec(0, 0.5, 16, 60.0, 150.0), _rec(1, 0.5, 4, 60.0, 100.0)]
+    side, best = next_engine_side(recs, SEARCHED, [r.config for r in recs], order_seed=0)
+    assert side == {GMU: 0.8} and best.number == 1
+    assert next_engine_side(recs, SEARCHED, [r.config for r in recs] + [{GMU: 0.8}], 0) is None
+    wide = SEARCHED | {GMU: [0.1 * k for k in range(1, 10)], SEQS: [64, 128, 256, 512]}  # 36 sides
+    assert next_engine_side(recs, wide, [], 0) is None
+    assert next_engine_side([], SEARCHED, [], 0) is None
+
+
+def _replayed(landscape: Landscape, seed: int, **budget):
+    data = landscape.spec.model_dump(mode="json") | {"seed": seed}
+    data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60, **budget}
+    spec = JobSpec.model_validate(data)
+    space = SearchSpace.build(spec, landscape.arch, landscape.device)
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
+                                directions=[o.resolved_direction for o in spec.objectives],
+                                sampler=make_sampler(spec.sampler, spec.seed))
+    executor = ReplayExecutor(landscape)
+    runner = StudyRunner(spec, study, space, executor, landscape.device, landscape.memory_cap_gib,
+                         memory_model=StudyRunner.default_memory_model(spec, space, landscape.memory_cap_gib),
+                         infer_feasibility=True)
+    runner.enqueue_baseline()
+    return runner, study, executor
+
+
+def _cost_to_best(landscape: Landscape, executor: ReplayExecutor) -> float:
+    best = max(p.runs[0].metrics.get(THROUGHPUT) or 0.0 for p in landscape.points)
+    cost = 0.0
+    for _, _point, run, trial_cost in executor.history:
+        cost += trial_cost
+        if (run.metrics.get(THROUGHPUT) or 0.0) >= best:
+            return cost
+    return float("inf")
+
+
+def test_on_the_h200_landscape_the_study_composes_its_way_to_the_best_in_a_quarter_of_the_grid(
+        landscape) -> None:
+    grid = sum(p.runs[0].wall_s for p in landscape.points)
+    costs = []
+    for seed in range(5):
+        runner, study, executor = _replayed(landscape, seed)
+        runner.run()
+        costs.append(_cost_to_best(landscape, executor))
+        attrs = [t.user_attrs for t in study.get_trials(deepcopy=False)]
+        composed = [a for a in attrs if "composed_from" in a or "explores_with" in a]
+        assert composed, f"seed {seed}: nothing was composed or explored"
+    assert statistics.median(costs) <= 0.25 * grid, costs
+
+
+def test_without_composition_the_same_study_needs_more(landscape) -> None:
+    grid = sum(p.runs[0].wall_s for p in landscape.points)
+    costs = []
+    for seed in range(5):
+        runner, study, executor = _replayed(landscape, seed, compose_phases=False)
+        runner.run()
+        costs.append(_cost_to_best(landscape, executor))
+        assert not [t for t in study.get_trials(deepcopy=False) if "composed_from" in t.user_attrs]
+    assert statistics.median(costs) > 0.25 * grid, costs
+
+
+class _SlowReplay(ReplayExecutor):
+    """Replays as ReplayExecutor does, each trial answering only at its ``polls``-th wait:
+    trials stay in flight while the loop proposes."""
+
+    polls: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._in_flight: list[list] = []
+
+    def wait(self, timeout_s: float) -> list:
+        for result in super().wait(0.0):
+            self._in_flight.append([result, self.polls])
+        done = [r for r, n in self._in_flight if n <= 1]
+        self._in_flight = [[r, n - 1] for r, n in self._in_flight if n > 1]
+        return done
+
+
+def _four_configs(landscape: Landscape, tmp_path, executor: ReplayExecutor):
+    data = landscape.spec.model_dump(mode="json")
+    data["search"] |= {MICRO: {"fixed": 4}, LOG_PROB: {"fixed": 4}}
+    data["budget"] |= {"max_trials": 6, "max_concurrent_trials": 4, "patience_trials": 0,
+                       "remeasure_finalists": 0, "compose_phases": False}
+    spec = JobSpec.model_validate(data)
+    space = SearchSpace.build(spec, landscape.arch, landscape.device)
+    assert len(space.grid()) == 4
+    study = open_study(spec, "in-flight", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    runner = StudyRunner(spec, study, space, executor, landscape.device,
+                         landscape.memory_cap_gib, infer_feasibility=False)
+    return runner, study
+
+
+def test_a_small_space_ends_once_every_config_is_measured_without_duplicate_proposals(
+        landscape, tmp_path) -> None:
+    """Four configs, four trials at once, six allowed: the loop stops proposing once all
+    four are in flight and ends when they are measured, with a few duplicate records at most
+    (a proposal equal to a trial in flight makes it wait for a result); it used to ask the
+    sampler until 200 proposals in a row repeated a config, recording each."""
+    runner, study = _four_configs(landscape, tmp_path, _SlowReplay(landscape))
+    summary = runner.run()
+    recs = records(study)
+    assert summary.measured == 4
+    assert summary.stop_reason.startswith("search space exhausted: all 4 configs"), summary.stop_reason
+    assert len({config_key(r.config) for r in recs if r.measured}) == 4
+    duplicates = [r for r in recs if r.status == "duplicate"]
+    assert len(duplicates) <= 8, len(duplicates)
+
+
+def test_proposals_equal_to_trials_in_flight_wait_for_a_result(landscape, tmp_path, monkeypatch) -> None:
+    """The same, the space too large to list (as a real one often is): a proposal equal to a
+    trial in flight is one ``duplicate`` record, then the loop waits for a result before
+    asking again; it measures all four (it used to ask on, up to 200 times in a row, and
+    could call the space exhausted with configs unmeasured)."""
+    monkeypatch.setattr("autotuner.study.GRID_LISTED_UP_TO", 0)
+    runner, study = _four_configs(landscape, tmp_path, _SlowReplay(landscape))
+    summary = runner.run()
+    recs = records(study)
+    assert summary.measured == 4
+    in_flight = [r for r in recs if r.status == "duplicate" and r.duplicate_of is None]
+    assert len(in_flight) <= 4, len(in_flight)
