@@ -117,6 +117,12 @@ def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[An
 EXPLORE_MAX_ENGINE_SIDES = 32
 
 
+def explorable(searched: dict[str, list[Any]]) -> bool:
+    """Whether the searched engine knobs have at most ``EXPLORE_MAX_ENGINE_SIDES`` settings."""
+    paths = [p for p in searched if side_of(p) == "engine"]
+    return bool(paths) and math.prod(len(searched[p]) for p in paths) <= EXPLORE_MAX_ENGINE_SIDES
+
+
 def next_engine_side(records: Iterable[TrialRecord], searched: dict[str, list[Any]],
                      tried: Iterable[dict[str, Any]],
                      order_seed: int) -> tuple[dict[str, Any], TrialRecord] | None:
@@ -130,9 +136,9 @@ def next_engine_side(records: Iterable[TrialRecord], searched: dict[str, list[An
     side found so far, that trial is itself a contender, and its engine side then composes
     with every measured train side (``best_composition``). Train sides are explored by the
     sampler, cheaply where the rollout is reused."""
-    paths = [p for p in searched if side_of(p) == "engine"]
-    if not paths or math.prod(len(searched[p]) for p in paths) > EXPLORE_MAX_ENGINE_SIDES:
+    if not explorable(searched):
         return None
+    paths = [p for p in searched if side_of(p) == "engine"]
     best = max((r for r in records if r.status == "ok" and r.repeat_of is None
                 and r.metrics.get(THROUGHPUT)), key=lambda r: r.metrics[THROUGHPUT], default=None)
     if best is None:

@@ -53,7 +53,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.compose import THROUGHPUT, best_composition, next_engine_side
+from autotuner.compose import THROUGHPUT, best_composition, explorable, next_engine_side
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
 from autotuner.knobs import KNOBS
@@ -197,6 +197,7 @@ class StudyRunner:
     _composed: set[str] = field(default_factory=set)  # config keys queued by composition
     _grid: set[str] | None = None  # every config the space holds, when it is small enough to list
     _predicted_oom: set[str] = field(default_factory=set)  # config keys skipped by prediction
+    _explored: bool = False  # every engine-side setting has been proposed
 
     def __post_init__(self) -> None:
         settings = self.spec.memory_model
@@ -380,10 +381,14 @@ class StudyRunner:
     def _queue_exploration(self, exclude: set[str]) -> None:
         """Queue an engine-side setting no proposal has had yet, paired with the best train
         side measured so far (``compose.next_engine_side``), if there is one."""
-        tried = [r.config for r in records(self.study) if r.config]
+        if self._explored or not explorable(self.space.searched):
+            return
+        tried = [t.user_attrs["config"] for t in self.study.get_trials(deepcopy=False)
+                 if "config" in t.user_attrs]
         while True:
             found = next_engine_side(self._ran, self.space.searched, tried, self.spec.seed)
             if found is None:
+                self._explored = any(r.feasible for r in self._ran)  # else: nothing to pair with yet
                 return
             combo, best = found
             params = {p: best.config[p] for p in self.space.searched if p in best.config} | combo
