@@ -62,6 +62,9 @@ ABORT = "abort.json"
 SUMMED = ("rollout_requests", "rollout_prompt_tokens", "rollout_generated_tokens",
           "rollout_preemptions")
 SMALLEST = ("kv_cache_tokens",)  # per replica: the tightest one
+# The train side of a step: every rank trains an equal share, so the slowest rank's time
+# over the fastest's (``train_rank_imbalance``) flags a rank slowed by something else.
+TRAIN_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
 
 
 class PeerFailed(TrialError):
@@ -367,6 +370,10 @@ def merge(spec: TrialSpec, results: list[TrialResult],
         metrics["rollout_generated_tokens_per_s"] = generated / makespan
         metrics["rollout_total_tokens_per_s"] = (
             generated + metrics.get("rollout_prompt_tokens", 0.0)) / makespan
+    train_s = [sum(res.phase_timings_s.get(p, 0.0) for p in TRAIN_PHASES) for res in results
+               if res.status == "ok"]
+    if len(train_s) > 1 and min(train_s) > 0:  # the ranks do equal work: ~1 unless one lags
+        metrics["train_rank_imbalance"] = max(train_s) / min(train_s)
     metrics["trial_ranks"] = float(spec.trial_gpus)
     metrics["trial_replicas"] = float(spec.trial_gpus // spec.rollout.tensor_model_parallel_size)
     metrics["actor_real_collectives"] = float(real_world(spec))

@@ -44,6 +44,9 @@ DYNAMIC_ONLY = {"ppo_tok", "lp_tok"}
 STATIC_ONLY = {"ppo_mb", "lp_mb", "ref_mb"}
 
 
+RANK_LAG = 1.2  # train_rank_imbalance above which a multi-GPU trial's ranks are listed
+
+
 def knobs(config: dict[str, Any]) -> str:
     short = {SHORT[k]: v for k, v in config.items() if k in SHORT}
     drop = STATIC_ONLY if short.get("dyn") else DYNAMIC_ONLY
@@ -134,6 +137,11 @@ def job_report(job: dict[str, Any]) -> list[str]:
             top = max(fits, key=lambda t: t["values"][0], default=None)
             lines.append(f"- TP {tp}: {len(group)} trials, {len(fits)} ok"
                          + (f"; best {top['values'][0]:.0f} (trial {top['number']})" if top else ""))
+    lagging = [t for t in trials if (t.get("metrics") or {}).get("train_rank_imbalance", 1.0) > RANK_LAG]
+    if lagging:
+        lines += ["", f"Ranks out of step (slowest rank's train time over the fastest's above "
+                      f"{RANK_LAG}: the trial's step time is its slowest rank's):", ""]
+        lines += [f"- trial {t['number']}: {t['metrics']['train_rank_imbalance']:.2f}x" for t in lagging]
     ooms = [t for t in trials if t["status"] == "oom"]
     by_phase: dict[str, list[float]] = defaultdict(list)
     for t in ooms:

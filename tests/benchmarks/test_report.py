@@ -24,3 +24,17 @@ def test_compare_puts_the_engines_side_by_side_and_their_baselines_together() ->
     baselines = [line for line in lines if line.startswith("| verl-v0.9-defaults |")]
     assert [line.split(" | ")[1] for line in baselines] == ["vllm", "sglang"]
     assert all(" | 2462928 | " in line for line in baselines)  # KV cache tokens
+
+
+def test_a_multi_gpu_trial_whose_ranks_trained_out_of_step_is_listed() -> None:
+    """The fifth session's TP sweep (real H200 data): the TP-2 trial's update took 84.9 s as
+    its slowest rank saw it, about twice its fastest rank's. A result carrying the ranks'
+    ratio (``train_rank_imbalance``, merged since) is listed under its own heading."""
+    from benchmarks.gpu.report import report
+
+    doc = json.loads((REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-tp-sweep-4gpus-h200.json").read_text())
+    assert "Ranks out of step" not in report(doc)
+    tp2 = next(t for t in doc["jobs"][0]["trials"] if t["number"] == 0)
+    tp2["metrics"]["train_rank_imbalance"] = 1.9
+    text = report(doc)
+    assert "Ranks out of step" in text and "- trial 0: 1.90x" in text

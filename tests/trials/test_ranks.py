@@ -55,6 +55,7 @@ def test_merge_takes_the_slowest_rank_per_phase_and_adds_up_the_replicas(tiny_co
     assert m["rollout_generated_tokens"] == 240.0 and m["rollout_requests"] == 32.0
     assert m["rollout_generated_tokens_per_s"] == pytest.approx(240 / 4)
     assert m["kv_cache_tokens"] == 800.0  # the tightest replica
+    assert m["train_rank_imbalance"] == pytest.approx(3.0)  # update: 3 s against 1 s
     assert m["step_time_s"] == pytest.approx(4.0 + 3.0)
     # The trial's 32 sequences are half the world's (2 of 4 ranks).
     batch = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
