@@ -26,7 +26,7 @@ import itertools
 import math
 import random
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,7 +70,7 @@ def _seconds(rec: TrialRecord, phases: Iterable[str]) -> float:
 
 
 def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[Any]],
-                     exclude: set[str], key_of: Any) -> Composition | None:
+                     exclude: set[str], key_of: Callable[[dict[str, Any]], str]) -> Composition | None:
     """The searched-knob values, not in ``exclude`` (``key_of(params)`` keys), of the
     unmeasured combination of a measured engine side and a measured actor side predicted
     fastest; None when there is none. Repeated runs of a side count by their median."""

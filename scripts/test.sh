@@ -11,5 +11,5 @@ status=0
 if grep -rqs --include='*.py' "mark.serial" tests; then
   "$PY" -m pytest -p no:xdist -m serial "$@" || { rc=$?; [ "$rc" -eq 5 ] || status=$rc; }  # 5: none selected
 fi
-"$PY" -m pytest -n "${AUTOTUNER_TEST_WORKERS:-3}" --dist loadgroup -m "not serial" "$@" || status=$?
+"$PY" -m pytest -n "${AUTOTUNER_TEST_WORKERS:-3}" --dist loadgroup -m "not serial" --durations=15 "$@" || status=$?
 exit "$status"
