@@ -18,20 +18,26 @@ def _measured(trials: list[dict]) -> dict[int, dict]:
 
 
 def _launched(trial: dict) -> bool:
-    """Running with its config written: launched. A proposal reads ``running`` too, from the
-    moment it is asked for until it is found to be a duplicate (never run) or launched."""
+    """Running with its config written. A proposal reads ``running`` too, from the moment it
+    is asked for until it is told it will not run (a duplicate, invalid, known not to fit),
+    config included for the instant between that attribute and the tell; a launched trial
+    reads so for seconds (``_wait_mid_trial`` looks twice)."""
     return trial["status"] == "running" and bool(trial["config"])
 
 
 def _wait_mid_trial(server: Server, job_id: str, measured_at_least: int) -> dict[int, dict]:
-    """Wait until the job has measured enough trials and runs another; return the trials."""
+    """Wait until the job has measured enough trials and runs another; return the trials,
+    only those launched in two looks 0.3 s apart reading ``running`` (a proposal seen in the
+    instant before it is told is not one)."""
     deadline = time.monotonic() + 180
+    before: dict[int, dict] = {}
     with server.client() as api:
         while time.monotonic() < deadline:
             trials = {t["number"]: t for t in trials_of(api, job_id)}
-            running = [t for t in trials.values() if _launched(t)]
-            if len(_measured(list(trials.values()))) >= measured_at_least and running:
-                return trials
+            steady = {n for n, t in trials.items() if _launched(t) and n in before and _launched(before[n])}
+            if len(_measured(list(trials.values()))) >= measured_at_least and steady:
+                return {n: t for n, t in trials.items() if not _launched(t) or n in steady}
+            before = trials
             time.sleep(0.3)
     raise AssertionError(f"job {job_id} never had {measured_at_least} trials measured and "
                          f"one running:\n{server.log()}")

@@ -60,7 +60,10 @@ def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials):
     })
 
 
-def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local) -> None:
+def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local, monkeypatch) -> None:
+    # The loop would end this two-config space as soon as both were measured (it lists small
+    # spaces); unlisted, as a large space is, it asks on and tells each repeat a duplicate.
+    monkeypatch.setattr("autotuner.study.GRID_LISTED_UP_TO", 0)
     spec = _train_only_job(tmp_path, [1, 32], cap_gib=1.5, max_trials=5)
     arch = spec.validate_model()
     space = SearchSpace.build(spec, arch, "cpu")
