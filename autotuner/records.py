@@ -54,6 +54,11 @@ class TrialRecord:
     wall_s: float = 0.0
     repeat_of: int | None = None
     retry_of: int | None = None
+    # Why the study ran it, when not the sampler's proposal: [rollout-side trial, train-side
+    # trial] of a phase composition, or the trial whose train side a new engine setting was
+    # paired with (``autotuner.compose``).
+    composed_from: list[int] | None = None
+    explores_with: int | None = None
     inferred_from: int | None = None
     # GPUs the trial reserved (CUDA; 0: not recorded, e.g. a CPU trial or an older study).
     gpus: int = 0
@@ -125,6 +130,8 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         wall_s=float(a.get("wall_s") or 0.0),
         repeat_of=a.get("repeat_of"),
         retry_of=a.get(RETRY_OF),
+        composed_from=a.get("composed_from"),
+        explores_with=a.get("explores_with"),
         inferred_from=a.get("inferred_from"),
         gpus=int(a.get("gpus") or 0),
         predicted_memory_gib=a.get("predicted_memory_gib") or {},

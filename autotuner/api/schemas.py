@@ -143,6 +143,11 @@ class TrialPublic(BaseModel):
                                   "the trial it measures again (not counted against the budget).")
     retry_of: int | None = Field(default=None, description="Set on the re-run of an interrupted "
                                  "trial (its tuner stopped while it ran): the trial it runs again.")
+    composed_from: list[int] | None = Field(default=None, description="Run as a phase "
+                                            "composition: [the trial whose rollout side, the "
+                                            "trial whose train side] predicted it fastest.")
+    explores_with: int | None = Field(default=None, description="Run to try a new rollout "
+                                      "setting: the trial whose train side it was paired with.")
     inferred_from: int | None = Field(default=None, description="inferred_oom: the measured OOM "
                                       "that rules it out.")
     predicted_memory_gib: dict[str, float] = Field(
@@ -162,6 +167,7 @@ class TrialPublic(BaseModel):
             error_type=r.error_type, error_message=r.error_message, device=r.device,
             values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
             repeat_of=r.repeat_of, retry_of=r.retry_of, inferred_from=r.inferred_from,
+            composed_from=r.composed_from, explores_with=r.explores_with,
             predicted_memory_gib=r.predicted_memory_gib, memory_error_gib=r.memory_error_gib,
             runs=RunsPublic.of(runs),
         )

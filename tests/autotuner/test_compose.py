@@ -9,6 +9,7 @@ import statistics
 import optuna
 import pytest
 
+from autotuner.api.schemas import TrialPublic
 from autotuner.compose import ACTOR_PHASES, ENGINE_PHASES, THROUGHPUT, best_composition, next_engine_side
 from autotuner.knobs import A, R
 from autotuner.records import TrialRecord, records
@@ -120,9 +121,14 @@ def test_on_the_h200_landscape_the_study_composes_its_way_to_the_best_in_a_quart
         runner, study, executor = _replayed(landscape, seed)
         runner.run()
         costs.append(_cost_to_best(landscape, executor))
-        attrs = [t.user_attrs for t in study.get_trials(deepcopy=False)]
-        composed = [a for a in attrs if "composed_from" in a or "explores_with" in a]
+        recs = records(study)
+        composed = [r for r in recs if r.composed_from or r.explores_with is not None]
         assert composed, f"seed {seed}: nothing was composed or explored"
+        for r in composed:  # each names measured trials, and says so in the API
+            named = r.composed_from or [r.explores_with]
+            assert all(recs[n].status == "ok" for n in named), (r.number, named)
+            public = TrialPublic.of(r)
+            assert (public.composed_from, public.explores_with) == (r.composed_from, r.explores_with)
     assert statistics.median(costs) <= 0.25 * grid, costs
 
 
@@ -135,6 +141,54 @@ def test_without_composition_the_same_study_needs_more(landscape) -> None:
         costs.append(_cost_to_best(landscape, executor))
         assert not [t for t in study.get_trials(deepcopy=False) if "composed_from" in t.user_attrs]
     assert statistics.median(costs) > 0.25 * grid, costs
+
+
+def _swapped_train_sides(landscape: Landscape) -> Landscape:
+    """The H200 landscape with the train sides of micro-batches (4, 4) and (16, 16) swapped
+    under every engine setting (phase timings, step time and throughput recomputed), so that
+    verl's defaults' train side is no longer the fastest: the engine-side exploration pairs
+    every engine setting with a slow train side, and only a composition finds the best."""
+    out = Landscape.from_dict(landscape.to_dict())
+    sides = {}
+    for point in out.points:
+        c = point.config
+        sides[(c[GMU], c[SEQS], c[MICRO], c[LOG_PROB])] = point
+    for (gmu, seqs, micro, lp), point in sides.items():
+        if (micro, lp) != (4, 4):
+            continue
+        other = sides[(gmu, seqs, 16, 16)]
+        a, b = point.runs[0], other.runs[0]
+        for p in ACTOR_PHASES:
+            ta, tb = a.phase_timings_s.get(p, 0.0), b.phase_timings_s.get(p, 0.0)
+            a.phase_timings_s[p], b.phase_timings_s[p] = tb, ta
+        for run in (a, b):
+            tokens_per_gpu = run.metrics[THROUGHPUT] * run.metrics["step_time_s"]
+            run.metrics["step_time_s"] = sum(v for k, v in run.phase_timings_s.items() if k != "startup")
+            run.metrics[THROUGHPUT] = tokens_per_gpu / run.metrics["step_time_s"]
+    return out
+
+
+def test_a_composition_pairs_a_measured_engine_side_with_a_train_side_found_later(landscape) -> None:
+    swapped = _swapped_train_sides(landscape)
+    best = max(swapped.points, key=lambda p: p.runs[0].metrics.get(THROUGHPUT) or 0.0)
+    assert (best.config[MICRO], best.config[LOG_PROB]) == (16, 16)
+    hits = []
+    for seed in (1, 2, 4):
+        runner, study, executor = _replayed(swapped, seed)
+        runner.run()
+        recs = records(study)
+        composed = [r for r in recs if r.composed_from]
+        assert composed, f"seed {seed}: nothing composed"
+        for r in composed:
+            engine_from, actor_from = (recs[n] for n in r.composed_from)
+            assert engine_from.status == actor_from.status == "ok"
+            assert max(r.composed_from) < r.number
+            assert (r.config[GMU], r.config[SEQS]) == (engine_from.config[GMU], engine_from.config[SEQS])
+            train = (actor_from.config[MICRO], actor_from.config[LOG_PROB])
+            assert (r.config[MICRO], r.config[LOG_PROB]) == train
+            assert TrialPublic.of(r).composed_from == r.composed_from
+        hits += [r for r in composed if config_key(r.config) == config_key(best.config)]
+    assert hits  # seed 4: the best config, run as a composition
 
 
 class _SlowReplay(ReplayExecutor):
