@@ -184,3 +184,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         with contextlib.suppress(Exception):  # the browser may be what failed
             browser.save_screenshot(str(ARTIFACTS / f"failed-{item.name}.png"))
     return report
+
+
+def app_with_job(tmp_path: Path, spec: Any) -> tuple[Any, Any, Any]:
+    """An API app on a SQLite file of its own, the job ``spec`` submitted to it, and that
+    job's study: for tests that replay trials into a real job and read them back."""
+    from autotuner.api.app import create_app
+    from autotuner.api.service import JobService
+    from autotuner.jobs import JobContext
+    from autotuner.settings import Settings
+    from autotuner.study import open_study
+
+    config = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'a.db'}")
+    app = create_app(config)
+    ctx = JobContext.open(config)
+    app.state.service = JobService(ctx)
+    job = ctx.submit(spec)
+    return app, job, open_study(spec, job.study_name, config.resolved_database_url)

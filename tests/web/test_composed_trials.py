@@ -9,14 +9,12 @@ from pathlib import Path
 import optuna
 from fastapi.testclient import TestClient
 
-from autotuner.api.app import create_app
-from autotuner.api.service import JobService
-from autotuner.jobs import JobContext
 from autotuner.replay import Landscape, ReplayExecutor
-from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
-from autotuner.study import StudyRunner, open_study
+from autotuner.study import StudyRunner
+
+from .conftest import app_with_job
 
 REPO = Path(__file__).resolve().parents[2]
 LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
@@ -34,12 +32,7 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     data = landscape.spec.model_dump(mode="json")
     data["budget"] |= {"max_trials": 12, "remeasure_finalists": 0, "patience_trials": 0}
     spec = JobSpec.model_validate(data)
-    config = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'a.db'}")
-    app = create_app(config)
-    ctx = JobContext.open(config)
-    app.state.service = JobService(ctx)
-    job = ctx.submit(spec)
-    study = open_study(spec, job.study_name, config.resolved_database_url)
+    app, job, study = app_with_job(tmp_path, spec)
     runner = StudyRunner(spec, study, SearchSpace.build(spec, landscape.arch, landscape.device),
                          ReplayExecutor(landscape), landscape.device, landscape.memory_cap_gib)
     runner.enqueue_baseline()

@@ -9,16 +9,14 @@ from pathlib import Path
 import optuna
 from fastapi.testclient import TestClient
 
-from autotuner.api.app import create_app
-from autotuner.api.service import JobService
-from autotuner.jobs import JobContext
 from autotuner.memory import MemoryModel
 from autotuner.replay import Landscape, ReplayExecutor
-from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
-from autotuner.study import StudyRunner, open_study
+from autotuner.study import StudyRunner
 from autotuner.summary import runs_of, summarize
+
+from .conftest import app_with_job
 
 REPO = Path(__file__).resolve().parents[2]
 LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
@@ -31,12 +29,7 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     data["budget"] |= {"max_trials": 8, "remeasure_finalists": 2, "remeasure_runs": 3,
                        "patience_trials": 0}
     spec = JobSpec.model_validate(data)
-    config = Settings(data_dir=tmp_path, database_url=f"sqlite:///{tmp_path / 'a.db'}")
-    app = create_app(config)
-    ctx = JobContext.open(config)
-    app.state.service = JobService(ctx)
-    job = ctx.submit(spec)
-    study = open_study(spec, job.study_name, config.resolved_database_url)
+    app, job, study = app_with_job(tmp_path, spec)
     runner = StudyRunner(spec, study, SearchSpace.build(spec, landscape.arch, "cpu"),
                          ReplayExecutor(landscape), "cpu", landscape.memory_cap_gib,
                          memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0))
