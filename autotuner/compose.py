@@ -4,7 +4,8 @@ A step is its phases one after another (``trials.runner``; ``step_time_s`` is th
 the phase timings less the start-up): the engine's side (``rollout``, ``engine_sleep``,
 ``engine_wake``) depends on the rollout knobs, the actor's side (``old_log_prob``,
 ``ref_log_prob``, ``update_actor``, ``actor_reload``) on the train knobs. Both depend on
-the actor's offload, which the two sides share (``study.rollout_key``). So a config whose
+the actor's offload, which the two sides share (``side_of``; ``study.rollout_key`` keys a
+trial's rollout by it). So a config whose
 rollout knobs were measured in trial A and whose train knobs were measured in trial B has
 a predicted step time: A's engine side plus B's actor side, and a predicted throughput:
 A's tokens per GPU per step over that time. On the H200 landscape
@@ -43,7 +44,7 @@ SHARED_TRAIN_KNOBS = ("param_offload", "optimizer_offload")
 
 def side_of(path: str) -> str:
     """``engine``, ``actor`` or ``both`` (a knob of neither table, e.g. ``max_model_len``, is
-    the engine's, as ``study.rollout_key`` counts it)."""
+    the engine's)."""
     knob = KNOBS.get(path)
     if knob is None or knob.trial_field[0] == "rollout":
         return "engine"

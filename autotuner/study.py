@@ -53,10 +53,9 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.compose import THROUGHPUT, best_composition, explorable, next_engine_side
+from autotuner.compose import THROUGHPUT, best_composition, explorable, next_engine_side, side_of
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
-from autotuner.knobs import KNOBS
 from autotuner.memory import MemoryModel
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
 from autotuner.samplers import make_sampler
@@ -94,20 +93,10 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, default=str)
 
 
-# Train knobs that change what the engine sees beside it: the actor's resident memory.
-ENGINE_SIDE_TRAIN_KNOBS = ("param_offload", "optimizer_offload")
-
-
 def rollout_key(config: dict[str, Any]) -> str:
     """What decides a trial's rollout: its rollout knobs (and any unknown key) and the
-    actor's offload, which sets the memory resident beside the engine."""
-    kept = {}
-    for path, value in config.items():
-        knob = KNOBS.get(path)
-        if knob is None or knob.trial_field[0] == "rollout" \
-                or knob.trial_field[1] in ENGINE_SIDE_TRAIN_KNOBS:
-            kept[path] = value
-    return config_key(kept)
+    actor's offload, which sets the memory resident beside the engine (``compose.side_of``)."""
+    return config_key({p: v for p, v in config.items() if side_of(p) != "actor"})
 
 
 def worst_value(metric: str, direction: str, cap_gib: float | None) -> float:

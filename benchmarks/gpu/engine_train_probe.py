@@ -55,7 +55,6 @@ JOBS = {
     "vllm": REPO / "benchmarks/jobs/qwen2.5-1.5b-grpo-vllm-twin.yaml",
 }
 SUBPHASES = ("old_log_prob", "ref_log_prob", "update_actor")
-STAGES = (("no_engine", 2), ("engine_asleep", 2), ("children_stopped", 1), ("engine_gone", 1))
 
 
 # ------------------------------------------------------------------ the child (one engine)
@@ -286,7 +285,7 @@ def child(spec_path: Path, out_path: Path) -> None:
         world = stack.enter_context(actor_world(spec.device, spec.n_gpus)) if spec.actor_fsdp else None
         state = build_actor_state(spec, dtype, world)
         before_children = child_pids()
-        stage("no_engine", STAGES[0][1], state, [])
+        stage("no_engine", 2, state, [])
         before = _snapshot()
         backend = get_backend(spec.rollout.engine)
         report["engine_startup_s"] = backend.start(spec, dtype)
@@ -298,15 +297,15 @@ def child(spec_path: Path, out_path: Path) -> None:
         report["changes_at_sleep"] = _changes(before, _snapshot())
         report["engine_pids"] = pids
         save()
-        stage("engine_asleep", STAGES[1][1], state, pids)
+        stage("engine_asleep", 2, state, pids)
         _signal_all(pids, signal.SIGSTOP)
         try:
-            stage("children_stopped", STAGES[2][1], state, pids)
+            stage("children_stopped", 1, state, pids)
         finally:
             _signal_all(pids, signal.SIGCONT)
         backend.shutdown()
         report["changes_at_shutdown"] = _changes(before, _snapshot())
-        stage("engine_gone", STAGES[3][1], state, [])
+        stage("engine_gone", 1, state, [])
     save()
 
 
