@@ -89,6 +89,13 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         ray.init(address="local", num_cpus=num_cpus, **kwargs)
 
 
+def _launch_on_node(spec: TrialSpec, **kwargs: Any) -> TrialResult:
+    """``launch_trial`` as a Ray task, its result naming the Ray node that ran it."""
+    result = launch_trial(spec, **kwargs)
+    result.node = ray.get_runtime_context().get_node_id()
+    return result
+
+
 def cluster_resources() -> dict[str, float]:
     return dict(ray.cluster_resources())
 
@@ -111,7 +118,7 @@ class RayExecutor:
         return GpuCapacity(total=sum(per_node), largest_node=max(per_node, default=0.0))
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
-        remote = ray.remote(launch_trial).options(
+        remote = ray.remote(_launch_on_node).options(
             num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_retries=0,
             name=f"trial-{spec.trial_id}",
         )

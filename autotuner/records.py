@@ -48,6 +48,9 @@ class TrialRecord:
     error_type: str | None = None
     error_message: str | None = None
     device: str = ""
+    # Where it ran: the host, and the Ray node on a cluster ("" where not recorded).
+    hostname: str = ""
+    node: str = ""
     values: list[float] | None = None
     baseline: str | None = None
     duplicate_of: int | None = None
@@ -104,6 +107,8 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
         "error_type": result.error_type,
         "error_message": (result.error_message or "")[-4000:] or None,
         "device": result.device,
+        "hostname": result.hostname,
+        "node": result.node,
         "wall_s": result.wall_s,
         "log_tail": result.log_tail[-4000:],
     }
@@ -124,6 +129,8 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         error_type=a.get("error_type"),
         error_message=a.get("error_message"),
         device=a.get("device") or "",
+        hostname=a.get("hostname") or "",
+        node=a.get("node") or "",
         values=list(trial.values) if trial.values is not None else None,
         baseline=a.get("baseline"),
         duplicate_of=a.get("duplicate_of"),

@@ -184,6 +184,9 @@ class TrialResult:
     # as Ray or the caller set it; None: not set).
     started_at: float = 0.0
     visible_gpus: str | None = None
+    # Set by the control plane's Ray executor: the Ray node that ran the trial ("": not on
+    # Ray). Several nodes of one cluster may share a host name.
+    node: str = ""
 
     @property
     def ok(self) -> bool:

@@ -2,7 +2,7 @@
 # On the GPU host: wait up to SECONDS (default 540) or until every study, recorder and plan
 # that run-studies.sh / scale-out-x4.sh started has exited, then pack into $OUT/results.tgz
 # each job's trials as JSON (dump_results) with a copy of its SQLite database, the
-# landscapes, the SGLang smoke summaries, the engine/train probe's reports and the logs (those under 2 MiB), and show the
+# landscapes, the SGLang smoke summaries, the engine/train probe's reports and the logs and plan outputs (those under 2 MiB), and show the
 # logs' tails. Safe to call while they run: it packs what is there so far.
 # usage: bash benchmarks/gpu/poll.sh [SECONDS]
 set -uo pipefail
@@ -27,9 +27,10 @@ for d in /tmp/at/*/; do
     "$d/autotuner.db" "$pack/$name.db"
 done
 cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
+shopt -s nullglob
 for p in /tmp/at/probe*/; do mkdir -p "$pack/$(basename "$p")" && cp "$p"*.json "$pack/$(basename "$p")/" 2>/dev/null; done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
-find /tmp/at /tmp/at-record -name '*.log' -size -2M -print0 2>/dev/null |
+find /tmp/at /tmp/at-record \( -name '*.log' -o -name '*.out' \) -size -2M -print0 2>/dev/null |
   while IFS= read -r -d '' f; do cp "$f" "$pack/logs/$(echo "${f#/tmp/}" | tr '/' '_')"; done
 tar czf "$OUT/results.tgz" -C "$pack" .
 ls -la "$OUT/results.tgz"

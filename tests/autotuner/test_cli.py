@@ -1,14 +1,18 @@
-"""The CLI end to end: a real job (vLLM rollout + torch train on the CPU) to exported YAML."""
+"""The CLI end to end: a real job (vLLM rollout + torch train on the CPU) to exported YAML.
+Its engine knobs are fixed, so the second trial takes over the first's rollout (one engine
+start in all: ``budget.reuse_rollouts``)."""
 
 from __future__ import annotations
 
 import re
 
+import optuna
 import pytest
 import yaml
 
 from autotuner.export import VERL_KEYS, load_exported_yaml
 from autotuner.knobs import A, R
+from autotuner.records import records
 
 from .conftest import run_cli, write_job
 
@@ -20,8 +24,8 @@ JOB = {
                  "max_prompt_length": 32, "max_response_length": 48,
                  "train_batch_size": 8, "n": 2, "ppo_mini_batch_size": 4},
     "cluster": {"device": "cpu", "device_memory_gib": 2},
-    "search": {R + "enforce_eager": True, R + "max_num_seqs": [8, 16],
-               A + "use_dynamic_bsz": False},
+    "search": {R + "enforce_eager": True, R + "max_num_seqs": 8, R + "gpu_memory_utilization": 0.5,
+               R + "max_num_batched_tokens": 1024, A + "use_dynamic_bsz": False},
     "budget": {"max_trials": 2, "trial_timeout_s": 240},
     "sampler": "random",
 }
@@ -43,9 +47,15 @@ def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> No
     flat = load_exported_yaml(exported)
     assert set(flat) <= VERL_KEYS
     assert flat[R + "max_model_len"] == 80 and flat[R + "enforce_eager"] is True
-    assert flat[R + "max_num_seqs"] in (8, 16)
+    assert flat[R + "max_num_seqs"] == 8
     nested = yaml.safe_load(exported)
     assert nested["actor_rollout_ref"]["rollout"]["name"] == "vllm"
+
+    storage = f"sqlite:///{cli_env['AUTOTUNER_DATA_DIR']}/autotuner.db"
+    (name,) = optuna.get_all_study_names(storage)
+    first, second = records(optuna.load_study(study_name=name, storage=storage))
+    assert "rollout_reused_from_trial" not in first.metrics
+    assert second.metrics["rollout_reused_from_trial"] == 0  # no second engine start
 
     job_id = re.search(r"job ([0-9a-f]{32})", text).group(1)
     listed = run_cli(["jobs"], cli_env)
