@@ -51,6 +51,8 @@ class TrialRecord:
     # Where it ran: the host, and the Ray node on a cluster ("" where not recorded).
     hostname: str = ""
     node: str = ""
+    # The engines' own timing lines from the trial's log (``trials.launcher.timing_lines``).
+    timing_lines: list[str] = field(default_factory=list)
     values: list[float] | None = None
     baseline: str | None = None
     duplicate_of: int | None = None
@@ -111,6 +113,7 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
         "node": result.node,
         "wall_s": result.wall_s,
         "log_tail": result.log_tail[-4000:],
+        "timing_lines": result.timing_lines,
     }
 
 
@@ -131,6 +134,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         device=a.get("device") or "",
         hostname=a.get("hostname") or "",
         node=a.get("node") or "",
+        timing_lines=a.get("timing_lines") or [],
         values=list(trial.values) if trial.values is not None else None,
         baseline=a.get("baseline"),
         duplicate_of=a.get("duplicate_of"),

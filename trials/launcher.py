@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,6 +48,14 @@ from trials.types import TrialResult, TrialSpec
 LOG_TAIL_CHARS = 12_000
 # A process that dies without a result and whose last words are about memory is ``oom``.
 DEATH_NOTE_CHARS = 2_000
+# The engines' own lines timing a step of their start-up, sleep or wake (vLLM: "Model loading
+# took 2.9 GiB memory and 1.1 seconds", "Graph capturing finished in 12 secs", "init engine
+# (profile, create kv cache, warmup model) took 30.1 s"; SGLang: "Capture cuda graph end.
+# Time elapsed: 3.1 s"), with their timestamps: kept for every trial, so that a slow
+# start-up can be taken apart afterwards.
+TIMING_LINE = re.compile(rb"\b(took|takes|finished in|time elapsed)\b", re.IGNORECASE)
+TIMING_LINES_MAX = 40
+TIMING_LINE_CHARS = 300
 SWEEP_WAIT_S = 10.0
 AFTER_WAIT_S = 5.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
@@ -157,6 +166,7 @@ def _launch(
         )
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail
+    result.timing_lines = timing_lines(log_path)
     if spec.device == "cuda":
         visible = child_env.get("CUDA_VISIBLE_DEVICES")
         _record_gpu_memory_after(result, visible, spec.gpu_clean_threshold_gib)
@@ -230,6 +240,21 @@ def _from_progress(spec: TrialSpec, progress_path: Path, status: str) -> TrialRe
     result.phase, result.device, result.hostname = partial.phase, partial.device, partial.hostname
     result.metrics, result.phase_timings_s = partial.metrics, partial.phase_timings_s
     return result
+
+
+def timing_lines(path: Path) -> list[str]:
+    """The log's first ``TIMING_LINES_MAX`` lines that time a step (``TIMING_LINE``)."""
+    found: list[str] = []
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if TIMING_LINE.search(line):
+                    found.append(line.decode("utf-8", errors="replace").rstrip()[:TIMING_LINE_CHARS])
+                    if len(found) == TIMING_LINES_MAX:
+                        break
+    except OSError:
+        pass
+    return found
 
 
 def _tail(path: Path) -> str:

@@ -179,6 +179,9 @@ class TrialResult:
     phase_timings_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
     log_tail: str = ""
+    # The engines' lines from the trial's log that time a step of start-up, sleep or wake
+    # (``trials.launcher.TIMING_LINE``), set by the launcher for every outcome.
+    timing_lines: list[str] = field(default_factory=list)
     # Set by the launcher: when the trial's process started (Unix time; it lived
     # [started_at, started_at + wall_s]) and the GPUs it was given (CUDA_VISIBLE_DEVICES,
     # as Ray or the caller set it; None: not set).

@@ -138,6 +138,8 @@ class TrialPublic(BaseModel):
     hostname: str = Field(default="", description="The host that ran it (\"\": not recorded).")
     node: str = Field(default="", description="The Ray node that ran it, on a cluster whose "
                       "nodes may share a host name (\"\": not recorded).")
+    timing_lines: list[str] = Field(default_factory=list, description="The engine's own log "
+                                    "lines timing its start-up, sleep and wake, timestamped.")
     values: list[float] | None = Field(description="Objective values told to the study.")
     baseline: str | None = Field(description="Set on the trial that runs verl's defaults.")
     duplicate_of: int | None
@@ -168,7 +170,8 @@ class TrialPublic(BaseModel):
             skipped=r.skipped,
             config=r.config, metrics=r.metrics, phase_timings_s=r.phase_timings_s, phase=r.phase,
             error_type=r.error_type, error_message=r.error_message, device=r.device,
-            hostname=r.hostname, node=r.node, values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
+            hostname=r.hostname, node=r.node, timing_lines=r.timing_lines,
+            values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
             repeat_of=r.repeat_of, retry_of=r.retry_of, inferred_from=r.inferred_from,
             composed_from=r.composed_from, explores_with=r.explores_with,
             predicted_memory_gib=r.predicted_memory_gib, memory_error_gib=r.memory_error_gib,

@@ -17,6 +17,7 @@ baselines: the same knobs on each engine, verl's defaults among them) phase by p
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from collections import Counter, defaultdict
 from datetime import datetime
@@ -45,6 +46,7 @@ STATIC_ONLY = {"ppo_mb", "lp_mb", "ref_mb"}
 
 
 RANK_LAG = 1.2  # train_rank_imbalance above which a multi-GPU trial's ranks are listed
+SLOW_START = 2.0  # engine start-ups this many times the job's median are listed
 
 
 def knobs(config: dict[str, Any]) -> str:
@@ -142,6 +144,7 @@ def job_report(job: dict[str, Any]) -> list[str]:
         lines += ["", f"Ranks out of step (slowest rank's train time over the fastest's above "
                       f"{RANK_LAG}: the trial's step time is its slowest rank's):", ""]
         lines += [f"- trial {t['number']}: {t['metrics']['train_rank_imbalance']:.2f}x" for t in lagging]
+    lines += slow_starts(trials)
     ooms = [t for t in trials if t["status"] == "oom"]
     by_phase: dict[str, list[float]] = defaultdict(list)
     for t in ooms:
@@ -152,6 +155,26 @@ def job_report(job: dict[str, Any]) -> list[str]:
         lines.append(f"- {where}: {len(walls)} trial(s), {sum(walls):.0f} GPU-s "
                      f"({min(walls):.0f}-{max(walls):.0f} s each)")
     lines.append("")
+    return lines
+
+
+def slow_starts(trials: list[dict[str, Any]]) -> list[str]:
+    """Trials whose engine took over ``SLOW_START`` times the job's median to start, with the
+    engine's own timing lines from their logs (``timing_lines``, where recorded)."""
+    starts = {t["number"]: t["metrics"]["engine_startup_s"] for t in trials
+              if (t.get("metrics") or {}).get("engine_startup_s")}
+    if len(starts) < 2:
+        return []
+    median = statistics.median(starts.values())
+    slow = [t for t in trials if starts.get(t["number"], 0.0) > SLOW_START * median]
+    if not slow:
+        return []
+    lines = ["", f"Slow engine start-ups (over {SLOW_START:g}x the job's median of {median:.0f} s):", ""]
+    for t in slow:
+        lines.append(f"- trial {t['number']}: {starts[t['number']]:.0f} s, "
+                     f"{knobs(t['config'])}")
+        timed = t.get("timing_lines") or []
+        lines += [f"    {line}" for line in timed] or ["    (no timing lines recorded)"]
     return lines
 
 

@@ -56,6 +56,11 @@ def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> No
     first, second = records(optuna.load_study(study_name=name, storage=storage))
     assert "rollout_reused_from_trial" not in first.metrics
     assert second.metrics["rollout_reused_from_trial"] == 0  # no second engine start
+    # The engine's own start-up timings are kept from the trial's log, for the trial that
+    # started one.
+    assert any("init engine" in line and "took" in line for line in first.timing_lines), (
+        first.timing_lines)
+    assert not any("init engine" in line for line in second.timing_lines), second.timing_lines
 
     job_id = re.search(r"job ([0-9a-f]{32})", text).group(1)
     listed = run_cli(["jobs"], cli_env)

@@ -38,3 +38,26 @@ def test_a_multi_gpu_trial_whose_ranks_trained_out_of_step_is_listed() -> None:
     tp2["metrics"]["train_rank_imbalance"] = 1.9
     text = report(doc)
     assert "Ranks out of step" in text and "- trial 0: 1.90x" in text
+
+
+def test_an_engine_that_started_slowly_is_listed_with_its_timing_lines() -> None:
+    """The sixth session's TP sweep (real H200 data): verl's defaults (TP 2) took 249 s to start
+    beside another trial, against the job's median of 84 s. It is listed, with the engine's
+    own timing lines where the trial kept them (recorded since)."""
+    from benchmarks.gpu.report import report
+
+    path = REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-tp-sweep-4gpus-fixed-h200.json"
+    doc = json.loads(path.read_text())
+    text = report(doc)
+    assert "Slow engine start-ups (over 2x the job's median of 84 s):" in text
+    listed = [line for line in text.splitlines() if line.startswith("- trial ") and " s, " in line]
+    assert listed == [next(line for line in listed if line.startswith("- trial 0: 249 s, "))]
+    assert "    (no timing lines recorded)" in text
+    tp2 = next(t for t in doc["jobs"][0]["trials"] if t["number"] == 0)
+    tp2["timing_lines"] = ["INFO 11-21 21:25:40 [core.py:403] init engine (profile, create kv "
+                           "cache, warmup model) took 201.30 s"]
+    assert "    INFO 11-21 21:25:40 [core.py:403] init engine" in report(doc)
+    for t in doc["jobs"][0]["trials"]:  # the same start-ups everywhere: none is slow
+        if "engine_startup_s" in (t.get("metrics") or {}):
+            t["metrics"]["engine_startup_s"] = 80.0
+    assert "Slow engine start-ups" not in report(doc)

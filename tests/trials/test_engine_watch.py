@@ -12,7 +12,7 @@ import time
 import pytest
 
 from trials.errors import EngineDied
-from trials.rollout.watch import WATCH_SIGNAL, EngineWatch, exit_text
+from trials.rollout.watch import WATCH_SIGNAL, EngineWatch, exit_text, named_deaths
 
 
 def _sleep_forever() -> None:
@@ -58,6 +58,39 @@ def test_a_deliberate_shutdown_after_stop_raises_nothing() -> None:
     engine.join()
     time.sleep(0.3)  # a watch still running would have fired by now
     assert watch.died is None
+
+
+class EngineDeadError(Exception):
+    """What vLLM's front end raises when it notices first: it names no process."""
+
+
+def test_an_engine_error_noticed_first_becomes_the_death_behind_it() -> None:
+    # The front end saw the dead engine before the watch's next poll (a long poll here):
+    # the error it raised becomes the EngineDied naming the process, and no signal follows.
+    engine = _engine()
+    watch = EngineWatch(_probe(engine), poll_s=30)
+    watch.start()
+    engine.kill()
+    engine.join()
+    with (pytest.raises(EngineDied, match="EngineCore was killed by SIGKILL") as raised,
+          named_deaths(watch)):
+        raise EngineDeadError("EngineCore encountered an issue. See stack trace (above)")
+    assert isinstance(raised.value.__cause__, EngineDeadError)
+    time.sleep(0.1)  # a signal still on its way would raise here
+
+
+def test_an_engine_error_without_a_death_stays_what_it_was() -> None:
+    engine = _engine()
+    watch = EngineWatch(_probe(engine), poll_s=0.05)
+    watch.start()
+    try:
+        with pytest.raises(ValueError, match="a bad request"), named_deaths(watch):
+            raise ValueError("a bad request")
+    finally:
+        engine.kill()
+        engine.join()
+    time.sleep(0.3)
+    assert watch.died is None  # confirm stopped the watch: the kill after it is no death
 
 
 def test_exit_texts() -> None:

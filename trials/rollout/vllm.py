@@ -42,7 +42,7 @@ from trials.memory import gpu_total_gib
 from trials.memory_cap import DEFAULT_CPU_CAP_GIB
 from trials.rollout.base import EngineFacts, Generation, RolloutBackend, dummy_model_dir
 from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
-from trials.rollout.watch import EngineWatch, exit_text
+from trials.rollout.watch import EngineWatch, exit_text, named_deaths
 from trials.types import TrialSpec
 
 log = logging.getLogger(__name__)
@@ -138,15 +138,17 @@ class VllmBackend(RolloutBackend):
         if not self.can_sleep:
             return super().sleep()
         t0 = time.perf_counter()
-        self._llm.reset_prefix_cache()  # as verl does before its engine sleeps
-        self._llm.sleep(level=SLEEP_LEVEL)
+        with named_deaths(self._watch):
+            self._llm.reset_prefix_cache()  # as verl does before its engine sleeps
+            self._llm.sleep(level=SLEEP_LEVEL)
         return time.perf_counter() - t0
 
     def wake_up(self, tags: list[str] | None = None) -> float:
         if not self.can_sleep:
             return super().wake_up(tags)
         t0 = time.perf_counter()
-        self._llm.wake_up(tags=tags)
+        with named_deaths(self._watch):
+            self._llm.wake_up(tags=tags)
         return time.perf_counter() - t0
 
     def generate(self, prompts: list[list[int]], max_tokens: list[int]) -> Generation:
@@ -159,7 +161,8 @@ class VllmBackend(RolloutBackend):
             for m in max_tokens
         ]
         t0 = time.perf_counter()
-        outputs = self._llm.generate(requests, params, use_tqdm=False)
+        with named_deaths(self._watch):
+            outputs = self._llm.generate(requests, params, use_tqdm=False)
         elapsed = time.perf_counter() - t0
         return Generation([len(o.outputs[0].token_ids) for o in outputs], elapsed)
 

@@ -12,6 +12,10 @@ wakes a thread blocked on a lock or a queue, where an exception set from another
 would wait for the next bytecode. Contract: ``start`` and ``stop`` from the main thread
 (anywhere else the watch only logs); ``stop`` before a deliberate shutdown, which would
 otherwise look like a death; a watch fires at most once.
+
+The engine's front end may notice the death first and raise its own error in the main
+thread (vLLM's ``EngineDeadError``: "EngineCore encountered an issue"), which names no
+process. ``named_deaths`` turns such an error into the ``EngineDied`` behind it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from trials.errors import EngineDied
@@ -72,6 +77,25 @@ class EngineWatch:
             self._thread = None
         self._disarm()
 
+    def confirm(self, attempts: int = 5) -> EngineDied | None:
+        """The death behind an error the engine raised in the main thread, if a process died:
+        the one seen, else what ``probe`` finds now (a few polls: the exit status can trail
+        the front end's notice). Stops the watch, so that no signal follows."""
+        self.stop()
+        for attempt in range(attempts):
+            if self._error is not None:
+                break
+            if attempt:
+                time.sleep(self._poll_s)
+            try:
+                what = self._probe()
+            except Exception:  # a probe that cannot look is no death
+                log.exception("engine watch: probe failed")
+                what = None
+            if what is not None:
+                self._error = EngineDied(f"{what} while the trial ran; the engine cannot finish")
+        return self._error
+
     @property
     def died(self) -> EngineDied | None:
         """The death seen, if any (also after ``stop``)."""
@@ -101,3 +125,18 @@ class EngineWatch:
         if self._armed:
             signal.signal(WATCH_SIGNAL, self._previous or signal.SIG_DFL)
             self._armed = False
+
+
+@contextlib.contextmanager
+def named_deaths(watch: EngineWatch | None) -> Iterator[None]:
+    """Around a call into the engine from the main thread: an error it raises because one of
+    its processes died becomes that ``EngineDied`` (see the module docstring)."""
+    try:
+        yield
+    except EngineDied:
+        raise
+    except Exception as exc:
+        died = watch.confirm() if watch is not None else None
+        if died is None:
+            raise
+        raise died from exc
