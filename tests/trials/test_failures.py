@@ -154,6 +154,27 @@ def test_wrapper_error_is_classified_by_the_engine_log():
     assert classify(wrapper, "(EngineCore pid=7) KeyError: 'model_type'") == "error"
 
 
+def test_an_engine_death_behind_vllms_dead_engine_error_is_classified_by_the_log():
+    # trials.rollout.watch.named_deaths raises EngineDied from vLLM's EngineDeadError: the
+    # wrapper in the chain sends the classification to the engine's log, so an engine
+    # that died of memory stays an OOM, and one killed for no logged reason an error.
+    class EngineDeadError(Exception):
+        pass
+
+    def died() -> EngineDied:
+        try:
+            try:
+                raise EngineDeadError("EngineCore encountered an issue. See stack trace (above)")
+            except EngineDeadError as front_end:
+                raise EngineDied("the engine process EngineCore (pid 7) exited with code 1 "
+                                 "while the trial ran; the engine cannot finish") from front_end
+        except EngineDied as exc:
+            return exc
+
+    assert classify(died(), "(EngineCore pid=7) torch.OutOfMemoryError: CUDA out of memory") == "oom"
+    assert classify(died(), "(EngineCore pid=7) killed") == "error"
+
+
 def test_log_is_ignored_for_a_self_explaining_error():
     error = ValueError("max_model_len must be >= 1")
     assert classify(error, "earlier: CUDA out of memory") == "error"
