@@ -93,7 +93,7 @@ class EngineWatch:
                 log.exception("engine watch: probe failed")
                 what = None
             if what is not None:
-                self._error = EngineDied(f"{what} while the trial ran; the engine cannot finish")
+                self._error = _died(what)
         return self._error
 
     @property
@@ -110,7 +110,7 @@ class EngineWatch:
                 continue
             if what is None:
                 continue
-            self._error = EngineDied(f"{what} while the trial ran; the engine cannot finish")
+            self._error = _died(what)
             log.error("%s", self._error)
             if self._armed and not self._stop.is_set():
                 signal.pthread_kill(threading.main_thread().ident or 0, WATCH_SIGNAL)
@@ -125,6 +125,10 @@ class EngineWatch:
         if self._armed:
             signal.signal(WATCH_SIGNAL, self._previous or signal.SIG_DFL)
             self._armed = False
+
+
+def _died(what: str) -> EngineDied:
+    return EngineDied(f"{what} while the trial ran; the engine cannot finish")
 
 
 @contextlib.contextmanager
