@@ -33,16 +33,24 @@ from trials.launcher import engine_fix
 if TYPE_CHECKING:
     import httpx
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Find the fastest verl RL-training config by measuring real trials.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find the fastest verl RL-training config by measuring real trials.",
+)
 # Tables are wide (knob names): don't squeeze them into 80 columns when piped.
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Where the chosen config is written.")]
-TokenOpt = Annotated[str | None, typer.Option(
-    envvar="AUTOTUNER_API_TOKEN", show_default=False,
-    help="Bearer token of the autotuner server (default: AUTOTUNER_API_TOKEN).")]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="AUTOTUNER_API_TOKEN",
+        show_default=False,
+        help="Bearer token of the autotuner server (default: AUTOTUNER_API_TOKEN).",
+    ),
+]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -81,8 +89,7 @@ class _ProgressHooks(RunHooks):
         self.fresh += 1
         per_trial = (time.monotonic() - self.started) / self.fresh
         eta = per_trial * max(self.total - self.done, 0)
-        self.progress.update(self.task, completed=self.done,
-                             description=f"ETA {eta / 60:.1f} min")
+        self.progress.update(self.task, completed=self.done, description=f"ETA {eta / 60:.1f} min")
         self.progress.console.print(_trial_line(rec), markup=False, highlight=False)
 
 
@@ -90,11 +97,16 @@ def _trial_line(rec: TrialRecord) -> str:
     again = f"  (re-run of #{rec.repeat_of})" if rec.repeat_of is not None else ""
     predicted = rec.predicted_memory_gib.get("peak")
     error = rec.memory_error_gib.get("peak")
-    model = (f"  predicted {predicted:.2f} GiB ({error:+.2f})"
-             if predicted is not None and error is not None else "")
+    model = (
+        f"  predicted {predicted:.2f} GiB ({error:+.2f})"
+        if predicted is not None and error is not None
+        else ""
+    )
     if rec.status == "ok":
-        return (f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
-                f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB{model}{again}")
+        return (
+            f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
+            f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB{model}{again}"
+        )
     if rec.skipped:
         return f"  trial {rec.number:>3}  {rec.status:<13} not run: {rec.error_message or ''}"
     return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}{again}"
@@ -106,10 +118,12 @@ def _memory_line(summary: JobSummary) -> str | None:
         return None
     skipped = sum(summary.counts.get(s, 0) for s in SKIPPED_STATUSES)
     pct = errors["mean_abs_error_pct"]
-    return (f"memory model: peak predicted within {errors['mean_abs_error_gib']:.2f} GiB"
-            + (f" ({pct:.1f}%)" if pct is not None else "")
-            + f" on average over {errors['trials']} trials (worst {errors['max_abs_error_gib']:.2f} GiB); "
-            f"{skipped} proposals skipped as known not to fit")
+    return (
+        f"memory model: peak predicted within {errors['mean_abs_error_gib']:.2f} GiB"
+        + (f" ({pct:.1f}%)" if pct is not None else "")
+        + f" on average over {errors['trials']} trials (worst {errors['max_abs_error_gib']:.2f} GiB); "
+        f"{skipped} proposals skipped as known not to fit"
+    )
 
 
 def _short(path: str, among: list[str]) -> str:
@@ -129,30 +143,40 @@ def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -
     by_number = {r.number: r for r in recs}
     # Show the knobs that differ between measured trials: the ones the search moved.
     measured = [r.config for r in recs if r.measured and r.config]
-    varied = sorted({k for c in measured for k in c
-                     if len({json.dumps(m.get(k)) for m in measured}) > 1})
+    varied = sorted({k for c in measured for k in c if len({json.dumps(m.get(k)) for m in measured}) > 1})
     for number in summary.pareto:
         r = by_number[number]
         mark = " *" if number == summary.best else ""
         knobs = " ".join(f"{_short(k, varied)}={r.config[k]}" for k in varied if k in r.config)
-        table.add_row(f"{number}{mark}", f"{r.metric(THROUGHPUT) or 0:.1f}",
-                      f"{r.metric('peak_memory_gib') or 0:.2f}", f"{r.metric('step_time_s') or 0:.2f}",
-                      f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}", knobs)
+        table.add_row(
+            f"{number}{mark}",
+            f"{r.metric(THROUGHPUT) or 0:.1f}",
+            f"{r.metric('peak_memory_gib') or 0:.2f}",
+            f"{r.metric('step_time_s') or 0:.2f}",
+            f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}",
+            knobs,
+        )
     return table
 
 
 def _header(job: JobRecord, rec: TrialRecord, recs: list[TrialRecord]) -> dict[str, Any]:
     """The export's comment header: the trial's figures, with its runs' median and spread."""
-    header = {"job": job.name, "job_id": job.id, "trial": rec.number, "metrics": rec.metrics,
-              "device": rec.device}
+    header = {
+        "job": job.name,
+        "job_id": job.id,
+        "trial": rec.number,
+        "metrics": rec.metrics,
+        "device": rec.device,
+    }
     runs = runs_of(recs).get(rec.number)
     if runs is not None and runs.n >= 2:
         header["throughput"] = runs.describe()
     return header
 
 
-def _write_configs(spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path,
-                   recs: list[TrialRecord]) -> list[Path]:
+def _write_configs(
+    spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path, recs: list[TrialRecord]
+) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     header = _header(job, rec, recs)
     stem = out / f"{job.name}-trial{rec.number}"
@@ -163,12 +187,19 @@ def _write_configs(spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path,
 
 
 def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
-    console.print(f"job [bold]{job.id}[/] ({spec.name}): up to {spec.budget.max_trials} trials, "
-                  f"database {ctx.database.masked_url}")
+    console.print(
+        f"job [bold]{job.id}[/] ({spec.name}): up to {spec.budget.max_trials} trials, "
+        f"database {ctx.database.masked_url}"
+    )
     study = open_study(spec, job.study_name, ctx.settings.resolved_database_url)
     already = sum(1 for r in records(study) if r.measured)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
         task = progress.add_task("starting", total=spec.budget.max_trials)
         hooks = _ProgressHooks(progress, task, spec.budget.max_trials, already)
         try:
@@ -185,17 +216,21 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     memory = _memory_line(summary)
     if memory:
         console.print(memory, markup=False, highlight=False)
-    gain = (f", {summary.gain_over_baseline:.2f}x verl's defaults ({summary.baseline_throughput:.1f})"
-            if summary.gain_over_baseline else "")
-    console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False,
-                  highlight=False)
+    gain = (
+        f", {summary.gain_over_baseline:.2f}x verl's defaults ({summary.baseline_throughput:.1f})"
+        if summary.gain_over_baseline
+        else ""
+    )
+    console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
     for path in _write_configs(spec, job, chosen, out, recs):
         console.print(f"wrote {path}")
 
 
 @app.command()
-def tune(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
-         out: OutDir = Path("autotuner-out")) -> None:
+def tune(
+    job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
+    out: OutDir = Path("autotuner-out"),
+) -> None:
     """Tune a job spec: run trials, print the Pareto front, write the chosen verl config."""
     try:
         spec = load_job_spec(job_file)
@@ -208,9 +243,10 @@ def tune(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).
 
 
 @app.command()
-def demo(out: OutDir = Path("autotuner-out"),
-         trials: Annotated[int | None, typer.Option(help="Override the demo's trial count.")] = None
-         ) -> None:
+def demo(
+    out: OutDir = Path("autotuner-out"),
+    trials: Annotated[int | None, typer.Option(help="Override the demo's trial count.")] = None,
+) -> None:
     """Tune the tiny built-in model on this CPU with real vLLM and torch (the embedded default)."""
     import yaml
 
@@ -236,15 +272,18 @@ def resume(job_id: str, out: OutDir = Path("autotuner-out")) -> None:
 
 
 @app.command("export")
-def export_cmd(job_id: str,
-               trial: Annotated[int | None, typer.Option(help="Trial number; default: the best.")] = None,
-               fmt: Annotated[Literal["yaml", "overrides"], typer.Option("--format")] = "yaml",
-               max_peak_memory_gib: Annotated[float | None, typer.Option(
-                   help="Choose the best trial under this peak memory.")] = None,
-               server: Annotated[str | None, typer.Option(
-                   help="Fetch it from this autotuner server instead of the local database.")
-               ] = None,
-               token: TokenOpt = None) -> None:
+def export_cmd(
+    job_id: str,
+    trial: Annotated[int | None, typer.Option(help="Trial number; default: the best.")] = None,
+    fmt: Annotated[Literal["yaml", "overrides"], typer.Option("--format")] = "yaml",
+    max_peak_memory_gib: Annotated[
+        float | None, typer.Option(help="Choose the best trial under this peak memory.")
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option(help="Fetch it from this autotuner server instead of the local database.")
+    ] = None,
+    token: TokenOpt = None,
+) -> None:
     """Print a trial's config as verl YAML or Hydra overrides."""
     if server is not None:
         sys.stdout.write(_remote_export(server, token, job_id, trial, fmt, max_peak_memory_gib))
@@ -267,8 +306,9 @@ def export_cmd(job_id: str,
         if not chosen.config:
             _fail(f"trial {trial} has no config (status {chosen.status})")
     header = _header(job, chosen, recs)
-    text = to_yaml(chosen.config, spec, header) if fmt == "yaml" else to_overrides(
-        chosen.config, spec, header)
+    text = (
+        to_yaml(chosen.config, spec, header) if fmt == "yaml" else to_overrides(chosen.config, spec, header)
+    )
     sys.stdout.write(text)
 
 
@@ -282,8 +322,14 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
         for col in ("id", "name", "status", "trials", "created", "stop reason"):
             table.add_column(col)
         for j in rows:
-            table.add_row(j.id, j.name, j.status, f"{j.trials_done}/{j.trials_total}",
-                          j.created_at.strftime("%Y-%m-%d %H:%M"), j.stop_reason or "")
+            table.add_row(
+                j.id,
+                j.name,
+                j.status,
+                f"{j.trials_done}/{j.trials_total}",
+                j.created_at.strftime("%Y-%m-%d %H:%M"),
+                j.stop_reason or "",
+            )
         console.print(table)
         return
     try:
@@ -308,16 +354,19 @@ def models() -> None:
 
     for name in catalog.catalog_names():
         arch = resolve_model(name)
-        console.print(f"{name:<14} {arch.num_parameters / 1e9:6.2f}B params  layers={arch.num_layers} "
-                      f"heads={arch.num_attention_heads}/{arch.num_key_value_heads}")
+        console.print(
+            f"{name:<14} {arch.num_parameters / 1e9:6.2f}B params  layers={arch.num_layers} "
+            f"heads={arch.num_attention_heads}/{arch.num_key_value_heads}"
+        )
 
 
 def _engine_importable(module: str, python: str, env: dict[str, str] | None = None) -> tuple[bool, str]:
     probe = f"import {module}; print({module}.__version__)"
     child_env = {**os.environ, **(env or {})}
     try:
-        out = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=180,
-                             env=child_env)
+        out = subprocess.run(
+            [python, "-c", probe], capture_output=True, text=True, timeout=180, env=child_env
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     if out.returncode == 0:
@@ -331,8 +380,10 @@ def doctor() -> None:
     settings = get_settings()
     ok = True
     gpus = hardware.gpus()
-    console.print(f"GPUs: {', '.join(f'{g.name} ({g.memory_gib:.0f} GiB)' for g in gpus) or 'none'}"
-                  f" -> trials run on {'cuda' if gpus else hardware.describe_cpu()}")
+    console.print(
+        f"GPUs: {', '.join(f'{g.name} ({g.memory_gib:.0f} GiB)' for g in gpus) or 'none'}"
+        f" -> trials run on {'cuda' if gpus else hardware.describe_cpu()}"
+    )
     # Each engine in the environment its trials get (AUTOTUNER_ENGINE_PYTHON__<ENGINE>,
     # AUTOTUNER_ENGINE_PYTHONPATH__<ENGINE>); only vLLM, the default engine, is required.
     for module in ("torch", "vllm", "sglang"):
@@ -342,8 +393,10 @@ def doctor() -> None:
         env = {"PYTHONPATH": pythonpath} if pythonpath else None
         good, detail = _engine_importable(module, python, env)
         where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
-        console.print(f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'}"
-                      f" (in {where})", markup=False)
+        console.print(
+            f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'} (in {where})",
+            markup=False,
+        )
         if not good and module == "sglang":
             console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
         ok &= good or module == "sglang"
@@ -368,18 +421,19 @@ def doctor() -> None:
 
 
 @app.command()
-def serve(host: Annotated[str | None, typer.Option(
-              help="Address to bind (default: AUTOTUNER_HOST, else 127.0.0.1).")] = None,
-          port: Annotated[int | None, typer.Option(
-              help="Port (default: AUTOTUNER_PORT, else 8000).")] = None,
-          log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info") -> None:
+def serve(
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default: AUTOTUNER_HOST, else 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: AUTOTUNER_PORT, else 8000).")] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn's log level.")] = "info",
+) -> None:
     """Run the HTTP API (docs at /docs) and its job runner."""
     from pydantic import ValidationError
 
     from autotuner.settings import Settings
 
-    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port}.items()
-                                 if v is not None}
+    overrides: dict[str, Any] = {k: v for k, v in {"host": host, "port": port}.items() if v is not None}
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
@@ -410,8 +464,7 @@ ServerOpt = Annotated[str, typer.Option(help="The autotuner server's URL.")]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-def _request(method: str, server: str, path: str, token: str | None,
-             **kwargs: Any) -> httpx.Response:
+def _request(method: str, server: str, path: str, token: str | None, **kwargs: Any) -> httpx.Response:
     import httpx
 
     headers = dict(kwargs.pop("headers", {}))
@@ -445,8 +498,11 @@ def _problem(response: httpx.Response) -> str:
 
 
 @app.command()
-def submit(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
-           server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON).")],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """Queue a job spec on an autotuner server; print the job's id and URL."""
     try:
         text = job_file.read_bytes()
@@ -454,31 +510,40 @@ def submit(job_file: Annotated[Path, typer.Argument(help="Job spec (YAML or JSON
         _fail(f"cannot read {job_file}: {exc.strerror}")
         return
     media = "application/json" if job_file.suffix.lower() == ".json" else "application/yaml"
-    created = _request("POST", server, "/v1/jobs", token, content=text,
-                       headers={"Content-Type": media}).json()
+    created = _request(
+        "POST", server, "/v1/jobs", token, content=text, headers={"Content-Type": media}
+    ).json()
     console.print(f"job {created['id']} {created['status']}: {created['url']}")
 
 
 @app.command()
-def status(job_id: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False
-           ) -> None:
+def status(
+    job_id: str,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+) -> None:
     """Show a job's status on an autotuner server: trials, best so far, elapsed, ETA."""
     job = _request("GET", server, f"/v1/jobs/{job_id}", token).json()
     if as_json:
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
         return
-    console.print(f"job {job['id']} ({job['name']}): {job['status']}"
-                  + (f" ({job['stop_reason']})" if job.get("stop_reason") else ""))
+    console.print(
+        f"job {job['id']} ({job['name']}): {job['status']}"
+        + (f" ({job['stop_reason']})" if job.get("stop_reason") else "")
+    )
     console.print(f"  trials: {job['trials_done']}/{job['trials_total']}")
     if job.get("best"):
         b = job["best"]
         runs = b.get("runs")
-        spread = (f" (median of {runs['runs']} runs, spread {runs['spread_pct'] or 0:.1f}%)"
-                  if runs else " (1 run)")
-        console.print(f"  best so far: trial {b['number']}, "
-                      f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU{spread}, peak "
-                      f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}")
+        spread = (
+            f" (median of {runs['runs']} runs, spread {runs['spread_pct'] or 0:.1f}%)" if runs else " (1 run)"
+        )
+        console.print(
+            f"  best so far: trial {b['number']}, "
+            f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU{spread}, peak "
+            f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}"
+        )
     if job.get("elapsed_s") is not None:
         eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""
         console.print(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")
@@ -486,14 +551,21 @@ def status(job_id: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = No
         console.print(f"  error: {job['error']}")
 
 
-def _remote_export(server: str, token: str | None, job_id: str, trial: int | None, fmt: str,
-                   max_peak_memory_gib: float | None) -> str:
+def _remote_export(
+    server: str,
+    token: str | None,
+    job_id: str,
+    trial: int | None,
+    fmt: str,
+    max_peak_memory_gib: float | None,
+) -> str:
     if trial is None:
         params = {} if max_peak_memory_gib is None else {"max_peak_memory_gib": max_peak_memory_gib}
         best_trial = _request("GET", server, f"/v1/jobs/{job_id}/best", token, params=params)
         trial = int(best_trial.json()["number"])
-    return _request("GET", server, f"/v1/jobs/{job_id}/trials/{trial}/config", token,
-                    params={"format": fmt}).text
+    return _request(
+        "GET", server, f"/v1/jobs/{job_id}/trials/{trial}/config", token, params={"format": fmt}
+    ).text
 
 
 def main() -> None:  # pragma: no cover - console-script entry

@@ -70,8 +70,12 @@ def _seconds(rec: TrialRecord, phases: Iterable[str]) -> float:
     return sum(float(rec.phase_timings_s.get(p, 0.0)) for p in phases)
 
 
-def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[Any]],
-                     exclude: set[str], key_of: Callable[[dict[str, Any]], str]) -> Composition | None:
+def best_composition(
+    records: Iterable[TrialRecord],
+    searched: dict[str, list[Any]],
+    exclude: set[str],
+    key_of: Callable[[dict[str, Any]], str],
+) -> Composition | None:
     """The searched-knob values, not in ``exclude`` (``key_of(params)`` keys), of the
     unmeasured combination of a measured engine side and a measured actor side predicted
     fastest; None when there is none. Repeated runs of a side count by their median."""
@@ -81,8 +85,9 @@ def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[An
     for rec in records:
         if rec.status != "ok" or not rec.metrics.get(THROUGHPUT):
             continue
-        if not any(p in rec.phase_timings_s for p in ENGINE_PHASES) or \
-                not any(p in rec.phase_timings_s for p in ACTOR_PHASES):
+        if not any(p in rec.phase_timings_s for p in ENGINE_PHASES) or not any(
+            p in rec.phase_timings_s for p in ACTOR_PHASES
+        ):
             continue
         engine.setdefault(_key(rec.config, "engine"), []).append(rec)
         actor.setdefault(_key(rec.config, "actor"), []).append(rec)
@@ -92,8 +97,8 @@ def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[An
         e_s = statistics.median(_seconds(r, ENGINE_PHASES) for r in erecs)
         # tokens per GPU per step: the same for every config on this engine side's GPUs
         per_gpu = statistics.median(
-            r.metrics[THROUGHPUT] * (_seconds(r, ENGINE_PHASES) + _seconds(r, ACTOR_PHASES))
-            for r in erecs)
+            r.metrics[THROUGHPUT] * (_seconds(r, ENGINE_PHASES) + _seconds(r, ACTOR_PHASES)) for r in erecs
+        )
         shared = {p: v for p, v in ekey if side_of(p) == "both"}
         for akey, arecs in actor.items():
             if ekey + akey in measured or any(shared.get(p, v) != v for p, v in akey):
@@ -101,10 +106,12 @@ def best_composition(records: Iterable[TrialRecord], searched: dict[str, list[An
             a_s = statistics.median(_seconds(r, ACTOR_PHASES) for r in arecs)
             if e_s + a_s <= 0:
                 continue
-            params = {p: erecs[0].config[p] for p in searched
-                      if p in erecs[0].config and side_of(p) != "actor"}
-            params |= {p: arecs[0].config[p] for p in searched
-                       if p in arecs[0].config and side_of(p) == "actor"}
+            params = {
+                p: erecs[0].config[p] for p in searched if p in erecs[0].config and side_of(p) != "actor"
+            }
+            params |= {
+                p: arecs[0].config[p] for p in searched if p in arecs[0].config and side_of(p) == "actor"
+            }
             if key_of(params) in exclude:
                 continue
             guess = per_gpu / (e_s + a_s)
@@ -124,9 +131,12 @@ def explorable(searched: dict[str, list[Any]]) -> bool:
     return bool(paths) and math.prod(len(searched[p]) for p in paths) <= EXPLORE_MAX_ENGINE_SIDES
 
 
-def next_engine_side(records: Iterable[TrialRecord], searched: dict[str, list[Any]],
-                     tried: Iterable[dict[str, Any]],
-                     order_seed: int) -> tuple[dict[str, Any], TrialRecord] | None:
+def next_engine_side(
+    records: Iterable[TrialRecord],
+    searched: dict[str, list[Any]],
+    tried: Iterable[dict[str, Any]],
+    order_seed: int,
+) -> tuple[dict[str, Any], TrialRecord] | None:
     """An engine-side setting (values of the searched engine knobs) that none of the
     configs ``tried`` has, with the fastest measured trial whose train side it should be
     paired with; None when every setting was tried, there are more than
@@ -140,8 +150,11 @@ def next_engine_side(records: Iterable[TrialRecord], searched: dict[str, list[An
     if not explorable(searched):
         return None
     paths = [p for p in searched if side_of(p) == "engine"]
-    best = max((r for r in records if r.status == "ok" and r.repeat_of is None
-                and r.metrics.get(THROUGHPUT)), key=lambda r: r.metrics[THROUGHPUT], default=None)
+    best = max(
+        (r for r in records if r.status == "ok" and r.repeat_of is None and r.metrics.get(THROUGHPUT)),
+        key=lambda r: r.metrics[THROUGHPUT],
+        default=None,
+    )
     if best is None:
         return None
     seen = {tuple(repr(config.get(p)) for p in paths) for config in tried}

@@ -32,12 +32,12 @@ def copy_database(source_url: str, destination_url: str) -> tuple[int, int]:
         if existing:
             raise optuna.exceptions.DuplicatedStudyError(
                 f"database {destination.masked_url} already holds studies ({', '.join(existing[:5])}"
-                f"{', ...' if len(existing) > 5 else ''}); copy into an empty database")
+                f"{', ...' if len(existing) > 5 else ''}); copy into an empty database"
+            )
         jobs = copy_jobs(source, destination)
         studies = optuna.get_all_study_names(source.url)
         for name in studies:
-            optuna.copy_study(from_study_name=name, from_storage=source.url,
-                              to_storage=destination.url)
+            optuna.copy_study(from_study_name=name, from_storage=source.url, to_storage=destination.url)
     return jobs, len(studies)
 
 

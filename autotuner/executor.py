@@ -74,8 +74,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     for a new one."""
     if ray.is_initialized():
         return
-    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                              "configure_logging": False}
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
     if address:
         try:
             ray.init(address=address, **kwargs)
@@ -113,13 +112,16 @@ class RayExecutor:
 
     def gpu_capacity(self) -> GpuCapacity:
         """The GPUs of the Ray cluster's live nodes, as Ray counts them."""
-        per_node = [float(node.get("Resources", {}).get("GPU", 0.0))
-                    for node in ray.nodes() if node.get("Alive")]
+        per_node = [
+            float(node.get("Resources", {}).get("GPU", 0.0)) for node in ray.nodes() if node.get("Alive")
+        ]
         return GpuCapacity(total=sum(per_node), largest_node=max(per_node, default=0.0))
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
         remote = ray.remote(_launch_on_node).options(
-            num_cpus=resources.num_cpus, num_gpus=resources.num_gpus, max_retries=0,
+            num_cpus=resources.num_cpus,
+            num_gpus=resources.num_gpus,
+            max_retries=0,
             name=f"trial-{spec.trial_id}",
         )
         kwargs: dict[str, Any] = {"timeout_s": timeout_s}
@@ -142,9 +144,15 @@ class RayExecutor:
             if now > entry.deadline:
                 ray.cancel(entry.ref, force=True)
                 del self.in_flight[tid]
-                results.append(TrialResult(tid, "timeout", phase=None, error_type="RayTaskDeadline",
-                                           error_message="the Ray task outlived its deadline and was "
-                                           "cancelled"))
+                results.append(
+                    TrialResult(
+                        tid,
+                        "timeout",
+                        phase=None,
+                        error_type="RayTaskDeadline",
+                        error_message="the Ray task outlived its deadline and was cancelled",
+                    )
+                )
         return results
 
     def _collect(self, tid: str, ref: Any) -> TrialResult:
@@ -156,14 +164,19 @@ class RayExecutor:
             return TrialResult(tid, "error", error_type="Cancelled", error_message="cancelled")
         except ray.exceptions.RayError as exc:
             # The Ray worker itself died (killed, lost node): the trial did not report.
-            return TrialResult(tid, "error", error_type=type(exc).__name__,
-                               error_message=str(exc)[-2000:])
+            return TrialResult(tid, "error", error_type=type(exc).__name__, error_message=str(exc)[-2000:])
 
     def cancel_all(self) -> list[TrialResult]:
         out = []
         for tid, entry in list(self.in_flight.items()):
             ray.cancel(entry.ref, force=True)
-            out.append(TrialResult(tid, "error", error_type="Cancelled",
-                                   error_message="the job was cancelled while this trial ran"))
+            out.append(
+                TrialResult(
+                    tid,
+                    "error",
+                    error_type="Cancelled",
+                    error_message="the job was cancelled while this trial ran",
+                )
+            )
         self.in_flight.clear()
         return out

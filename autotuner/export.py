@@ -30,18 +30,20 @@ from autotuner.spec import JobSpec
 REF = "actor_rollout_ref.ref."
 
 # Keys the workload and the cluster fix; none of them needs Hydra's "+".
-WORKLOAD_KEYS: frozenset[str] = frozenset({
-    "data.train_batch_size",
-    "data.max_prompt_length",
-    "data.max_response_length",
-    R + "n",
-    R + "name",
-    R + "max_model_len",
-    A + "ppo_mini_batch_size",
-    A + "use_kl_loss",
-    "trainer.n_gpus_per_node",
-    "trainer.nnodes",
-})
+WORKLOAD_KEYS: frozenset[str] = frozenset(
+    {
+        "data.train_batch_size",
+        "data.max_prompt_length",
+        "data.max_response_length",
+        R + "n",
+        R + "name",
+        R + "max_model_len",
+        A + "ppo_mini_batch_size",
+        A + "use_kl_loss",
+        "trainer.n_gpus_per_node",
+        "trainer.nnodes",
+    }
+)
 # The ref's token budget is not a knob: it copies the log-prob forward's budget.
 REF_TOKEN_KEY = REF + "log_prob_max_token_len_per_gpu"
 # Every key the exporter can ever emit.
@@ -94,18 +96,20 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         del out[key]
     # Its default flipped 1024 <-> 256 across verl releases: always say which one was measured.
     out.setdefault(_MAX_NUM_SEQS, _MAX_NUM_SEQS_V090)
-    out.update({
-        "data.train_batch_size": w.train_batch_size,
-        "data.max_prompt_length": w.max_prompt_length,
-        "data.max_response_length": w.max_response_length,
-        R + "n": w.n,
-        R + "name": w.engine,
-        R + "max_model_len": w.max_sequence_length,
-        A + "ppo_mini_batch_size": w.ppo_mini_batch_size,
-        A + "use_kl_loss": w.use_kl_loss,
-        "trainer.n_gpus_per_node": c.n_gpus_per_node,
-        "trainer.nnodes": c.nnodes,
-    })
+    out.update(
+        {
+            "data.train_batch_size": w.train_batch_size,
+            "data.max_prompt_length": w.max_prompt_length,
+            "data.max_response_length": w.max_response_length,
+            R + "n": w.n,
+            R + "name": w.engine,
+            R + "max_model_len": w.max_sequence_length,
+            A + "ppo_mini_batch_size": w.ppo_mini_batch_size,
+            A + "use_kl_loss": w.use_kl_loss,
+            "trainer.n_gpus_per_node": c.n_gpus_per_node,
+            "trainer.nnodes": c.nnodes,
+        }
+    )
     return out
 
 
@@ -140,8 +144,7 @@ def _header_lines(config: dict[str, Any], spec: JobSpec, header: dict[str, Any])
     lines = [
         f"verl config exported by autotuner: job {_one_line(header.get('job', spec.name))}, "
         f"trial {_one_line(header.get('trial', '?'))}",
-        f"workload: model {w.model}, engine {w.engine}, {c.nnodes} node(s) x "
-        f"{c.n_gpus_per_node} GPU(s)",
+        f"workload: model {w.model}, engine {w.engine}, {c.nnodes} node(s) x {c.n_gpus_per_node} GPU(s)",
         f"measured on: {_one_line(header.get('device', 'unknown device'))}, {_one_line(date)}",
     ]
     metrics = header.get("metrics") or {}
@@ -151,10 +154,12 @@ def _header_lines(config: dict[str, Any], spec: JobSpec, header: dict[str, Any])
     extra = sorted(set(header) - {"job", "trial", "device", "date", "metrics"})
     lines += [f"{_one_line(k)}: {_one_line(header[k])}" for k in extra]
     for key in _not_for_engine(config, w.engine):
-        counterpart = [k.path for k in KNOBS.values()
-                       if w.engine in k.engines and k.trial_field == KNOBS[key].trial_field]
-        lines.append(f"not emitted: {key}={_one_line(config[key])}: verl does not pass it to "
-                     f"{w.engine}")
+        counterpart = [
+            k.path
+            for k in KNOBS.values()
+            if w.engine in k.engines and k.trial_field == KNOBS[key].trial_field
+        ]
+        lines.append(f"not emitted: {key}={_one_line(config[key])}: verl does not pass it to {w.engine}")
         if counterpart:
             lines.append(f"  ({w.engine}'s counterpart is {counterpart[0]}).")
     lines += _USAGE
@@ -185,8 +190,7 @@ def _nest(flat: dict[str, Any]) -> dict[str, Any]:
 
 def to_yaml(config: dict[str, Any], spec: JobSpec, header: dict[str, Any]) -> str:
     """A nested verl YAML fragment with a comment header; keys sorted."""
-    body = yaml.safe_dump(_nest(verl_config(config, spec)), sort_keys=True,
-                          default_flow_style=False)
+    body = yaml.safe_dump(_nest(verl_config(config, spec)), sort_keys=True, default_flow_style=False)
     return _comment(_header_lines(config, spec, header)) + body
 
 

@@ -113,8 +113,12 @@ class _StoppableExecutor(RayExecutor):
     trials stay RUNNING in the study, so the next runner marks them ``interrupted`` (not
     measured, not counted against the budget) exactly as after a crash."""
 
-    def __init__(self, shutdown: Callable[[], bool], trial_python: str | None = None,
-                 trial_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        shutdown: Callable[[], bool],
+        trial_python: str | None = None,
+        trial_env: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(trial_python=trial_python, trial_env=dict(trial_env or {}))
         self._shutdown = shutdown
 
@@ -123,8 +127,9 @@ class _StoppableExecutor(RayExecutor):
         return [] if self._shutdown() else results
 
 
-def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
-            shutdown: Callable[[], bool] | None = None) -> JobSummary:
+def execute(
+    ctx: JobContext, job_id: str, hooks: RunHooks | None = None, shutdown: Callable[[], bool] | None = None
+) -> JobSummary:
     """Run (or resume) a job that this process has claimed; record its end in the job row.
 
     ``shutdown`` (the service's job runner) is polled with the cancel request: once it is
@@ -146,14 +151,18 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         breaker.see(record)
         caller.on_record(record)
 
-    hooks = RunHooks(on_record=on_record, on_start=caller.on_start,
-                     stop_requested=lambda: breaker.tripped or caller.stop_requested() or stopping())
+    hooks = RunHooks(
+        on_record=on_record,
+        on_start=caller.on_start,
+        stop_requested=lambda: breaker.tripped or caller.stop_requested() or stopping(),
+    )
     job = ctx.store.get(job_id)
     spec = ctx.spec_of(job)
     settings = ctx.settings
     engine = spec.workload.engine
-    executor = _StoppableExecutor(stopping, trial_python=settings.python_for(engine),
-                                  trial_env=settings.trial_env_for(engine))
+    executor = _StoppableExecutor(
+        stopping, trial_python=settings.python_for(engine), trial_env=settings.trial_env_for(engine)
+    )
     try:
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
@@ -161,23 +170,27 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         study = open_study(spec, job.study_name, settings.resolved_database_url)
         interrupted = recover_interrupted(study, space)
         if interrupted:
-            log.warning("job %s: trials %s were running when the tuner stopped; marked failed",
-                        job_id, interrupted)
+            log.warning(
+                "job %s: trials %s were running when the tuner stopped; marked failed", job_id, interrupted
+            )
         retried = retry_interrupted(study)
         if retried:
-            log.warning("job %s: the configs of interrupted trials %s run again (once)",
-                        job_id, retried)
+            log.warning("job %s: the configs of interrupted trials %s run again (once)", job_id, retried)
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
         cpus = cluster_resources().get("CPU", 1.0)
         cap = memory_cap_gib(spec, device, settings)
         runner = StudyRunner(
-            spec=spec, study=study, space=space,
+            spec=spec,
+            study=study,
+            space=space,
             executor=executor,
-            device=device, memory_cap_gib=cap,
+            device=device,
+            memory_cap_gib=cap,
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
             memory_model=StudyRunner.default_memory_model(spec, space, cap),
-            hooks=_with_progress(ctx, job_id, spec, hooks,
-                                 already=sum(1 for r in records(study) if r.measured)),
+            hooks=_with_progress(
+                ctx, job_id, spec, hooks, already=sum(1 for r in records(study) if r.measured)
+            ),
         )
         runner.enqueue_baseline()
         result = runner.run()
@@ -191,11 +204,15 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
     if breaker.tripped:
         stop_reason = f"{BREAKER_PREFIX}: {breaker.reason}"
         summary = summarize(spec, result.records, stop_reason)
-        ctx.store.finish(job_id, "failed", stop_reason=stop_reason, error=stop_reason,
-                         result_json=json.dumps(summary.to_dict()))
+        ctx.store.finish(
+            job_id,
+            "failed",
+            stop_reason=stop_reason,
+            error=stop_reason,
+            result_json=json.dumps(summary.to_dict()),
+        )
         return summary
-    if (result.stop_reason == "cancelled" and stopping()
-            and not ctx.store.is_cancel_requested(job_id)):
+    if result.stop_reason == "cancelled" and stopping() and not ctx.store.is_cancel_requested(job_id):
         ctx.store.release(job_id, runner_id())
         log.info("job %s: service shutting down; back in the queue to resume", job_id)
         return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
@@ -206,16 +223,18 @@ def execute(ctx: JobContext, job_id: str, hooks: RunHooks | None = None,
         status, error = "failed", result.stop_reason
     elif status == "succeeded" and summary.best is None:
         status, error = "failed", "no trial succeeded"
-    ctx.store.finish(job_id, status, stop_reason=result.stop_reason, error=error,
-                     result_json=json.dumps(summary.to_dict()))
+    ctx.store.finish(
+        job_id, status, stop_reason=result.stop_reason, error=error, result_json=json.dumps(summary.to_dict())
+    )
     return summary
 
 
 HEARTBEAT_EVERY_S = 15.0
 
 
-def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks,
-                   already: int = 0) -> RunHooks:
+def _with_progress(
+    ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks, already: int = 0
+) -> RunHooks:
     """Wrap the caller's hooks: progress in the job row (``already`` trials measured before
     a resume count too), heartbeats, cancel requests."""
     state = {"done": already, "beat": 0.0, "lost": False}
@@ -241,8 +260,7 @@ def _with_progress(ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks,
         except DatabaseUnavailableError as exc:
             # A database restart must not cut a trial short: keep polling; the trial's
             # result is told once the database answers (or the job resumes if it does not).
-            log.warning("job %s: cannot poll the database (%s); the trials in flight go on",
-                        job_id, exc)
+            log.warning("job %s: cannot poll the database (%s); the trials in flight go on", job_id, exc)
             state["beat"] = 0.0
             cancel = False
         return bool(state["lost"]) or cancel or hooks.stop_requested()

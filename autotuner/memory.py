@@ -64,8 +64,12 @@ PHASES = ("startup", "train_probe", "rollout", "train", "wake")
 # writes when it has (``trials.runner``: its ``<event>_at_s`` marks). A phase cut short by a
 # failure measured a lower bound, and a start-up whose engine never started measured the
 # actor alone.
-FINISHED_BY = {"startup": "engine_ready_at_s", "train_probe": "train_probe_end_at_s",
-               "rollout": "rollout_makespan_s", "train": "train_end_at_s"}
+FINISHED_BY = {
+    "startup": "engine_ready_at_s",
+    "train_probe": "train_probe_end_at_s",
+    "rollout": "rollout_makespan_s",
+    "train": "train_end_at_s",
+}
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Phases whose memory depends on the engine's mode (CUDA graphs or eager): fitted per mode.
 MODE_PHASES = ("startup", "rollout", "train", "wake")
@@ -127,9 +131,11 @@ class MemoryPrediction:
         phase, need = worst
         if need <= self.capacity_gib * (1.0 + margin):
             return None
-        return (f"predicted {phase} peak {need:.2f} GiB exceeds the device's "
-                f"{self.capacity_gib:.2f} GiB by {100 * (need / self.capacity_gib - 1):.0f}% "
-                f"(skip margin {100 * margin:.0f}%)")
+        return (
+            f"predicted {phase} peak {need:.2f} GiB exceeds the device's "
+            f"{self.capacity_gib:.2f} GiB by {100 * (need / self.capacity_gib - 1):.0f}% "
+            f"(skip margin {100 * margin:.0f}%)"
+        )
 
     def to_attrs(self) -> dict[str, float]:
         out = {p: round(v, 4) for p, v in self.phases.items()}
@@ -207,8 +213,14 @@ def fit(pairs: list[tuple[float, float]]) -> Correction:
 class MemoryModel:
     """Predicts a job's trials' memory (see the module docstring). Not thread-safe."""
 
-    def __init__(self, spec: JobSpec, arch: ModelArch, device: Literal["cuda", "cpu"],
-                 capacity_gib: float | None, physics: Physics | None = None) -> None:
+    def __init__(
+        self,
+        spec: JobSpec,
+        arch: ModelArch,
+        device: Literal["cuda", "cpu"],
+        capacity_gib: float | None,
+        physics: Physics | None = None,
+    ) -> None:
         self.spec, self.arch, self.device = spec, arch, device
         self.capacity_gib = capacity_gib
         self.k = physics or Physics()
@@ -240,8 +252,7 @@ class MemoryModel:
         self.corrections = {key: fit(p) for key, p in pairs.items()}
         return self.corrections
 
-    def errors(self, predicted: dict[str, float], status: str, metrics: dict[str, float]
-               ) -> dict[str, float]:
+    def errors(self, predicted: dict[str, float], status: str, metrics: dict[str, float]) -> dict[str, float]:
         """Measured minus predicted (GiB) for each phase a finished trial measured."""
         measured = measured_phases_of(status, metrics, self.spec.workload.measures_rollout)
         return prediction_errors(predicted, measured)
@@ -249,8 +260,7 @@ class MemoryModel:
     # ---------------------------------------------------------------- predictions
 
     def trial_spec(self, config: dict) -> TrialSpec:
-        return build_trial_spec(self.spec, self.arch, config, "memory-model", self.device,
-                                self.capacity_gib)
+        return build_trial_spec(self.spec, self.arch, config, "memory-model", self.device, self.capacity_gib)
 
     def physics_of(self, config: dict) -> MemoryPrediction:
         key = json.dumps(config, sort_keys=True, default=str)
@@ -290,17 +300,28 @@ class MemoryModel:
         grads = 4 * shard / GIB
         optimizer = 8 * shard / GIB
         rollout, train = "rollout" in trial.phases, "train" in trial.phases
-        actor = ((0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer)
-                 if train else 0.0)
+        actor = (
+            (0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer)
+            if train
+            else 0.0
+        )
         context = k.cuda_context_gib if cuda else 0.0
         graphs = k.cuda_graph_pool_gib if cuda and rollout and not r.enforce_eager else 0.0
         capacity = self.capacity_gib or 0.0
         engine_context = context if rollout else 0.0
-        budget = engine_budget_gib(r.engine, r.gpu_memory_utilization, capacity,
-                                   context + actor + engine_context) if rollout else 0.0
-        components = {"params_gib": params, "grads_gib": grads, "optimizer_gib": optimizer,
-                      "actor_gib": actor, "cuda_context_gib": context + engine_context,
-                      "cuda_graph_pool_gib": graphs}
+        budget = (
+            engine_budget_gib(r.engine, r.gpu_memory_utilization, capacity, context + actor + engine_context)
+            if rollout
+            else 0.0
+        )
+        components = {
+            "params_gib": params,
+            "grads_gib": grads,
+            "optimizer_gib": optimizer,
+            "actor_gib": actor,
+            "cuda_context_gib": context + engine_context,
+            "cuda_graph_pool_gib": graphs,
+        }
         phases: dict[str, float] = {}
         base = context + actor
         if rollout:
@@ -328,24 +349,38 @@ class MemoryModel:
                 phases["wake"] = max(phases["startup"] + reload, phases["train"] + reload + weights)
         return MemoryPrediction(phases, {}, self.capacity_gib, components)
 
-    def _train_sub_phases(self, trial: TrialSpec, params: float, grads: float,
-                          optimizer: float) -> dict[str, float]:
+    def _train_sub_phases(
+        self, trial: TrialSpec, params: float, grads: float, optimizer: float
+    ) -> dict[str, float]:
         """Each train sub-phase's peak, without the contexts and the sleeping engine."""
         t = trial.train
-        lengths = [p + r for p, r in zip(trial.train_prompt_lengths, trial.train_response_lengths,
-                                         strict=True)]
+        lengths = [
+            p + r for p, r in zip(trial.train_prompt_lengths, trial.train_response_lengths, strict=True)
+        ]
         responses = list(trial.train_response_lengths)
         try:
             plans = {
-                "old_log_prob": log_prob_plan(lengths, t.log_prob_micro_batch_size_per_gpu,
-                                              t.use_dynamic_bsz, t.log_prob_max_token_len_per_gpu,
-                                              "log_prob_max_token_len_per_gpu"),
-                "ref_log_prob": log_prob_plan(lengths, t.ref_log_prob_micro_batch_size_per_gpu,
-                                              t.use_dynamic_bsz, t.log_prob_max_token_len_per_gpu,
-                                              "log_prob_max_token_len_per_gpu"),
-                "update_actor": update_plan(lengths, trial.local_mini_batch_size,
-                                            t.ppo_micro_batch_size_per_gpu, t.use_dynamic_bsz,
-                                            t.ppo_max_token_len_per_gpu),
+                "old_log_prob": log_prob_plan(
+                    lengths,
+                    t.log_prob_micro_batch_size_per_gpu,
+                    t.use_dynamic_bsz,
+                    t.log_prob_max_token_len_per_gpu,
+                    "log_prob_max_token_len_per_gpu",
+                ),
+                "ref_log_prob": log_prob_plan(
+                    lengths,
+                    t.ref_log_prob_micro_batch_size_per_gpu,
+                    t.use_dynamic_bsz,
+                    t.log_prob_max_token_len_per_gpu,
+                    "log_prob_max_token_len_per_gpu",
+                ),
+                "update_actor": update_plan(
+                    lengths,
+                    trial.local_mini_batch_size,
+                    t.ppo_micro_batch_size_per_gpu,
+                    t.use_dynamic_bsz,
+                    t.ppo_max_token_len_per_gpu,
+                ),
             }
         except TrialError:
             return {"update_actor": params + grads + optimizer}
@@ -356,12 +391,13 @@ class MemoryModel:
         fwd = max(self._forward_bytes(mb, lengths, responses, cb) for mb in plans["old_log_prob"])
         out = {"old_log_prob": params + resident_opt + layer_copy + slack * fwd / GIB}
         if t.use_ref:
-            ref_fwd = max(self._forward_bytes(mb, lengths, responses, cb)
-                          for mb in plans["ref_log_prob"])
+            ref_fwd = max(self._forward_bytes(mb, lengths, responses, cb) for mb in plans["ref_log_prob"])
             actor_params = 0.0 if t.param_offload else params
             out["ref_log_prob"] = actor_params + resident_opt + layer_copy + slack * ref_fwd / GIB
-        upd = max(self._update_bytes(mb, lengths, responses, cb, t.enable_gradient_checkpointing)
-                  for mb in plans["update_actor"])
+        upd = max(
+            self._update_bytes(mb, lengths, responses, cb, t.enable_gradient_checkpointing)
+            for mb in plans["update_actor"]
+        )
         out["update_actor"] = params + grads + optimizer + layer_copy + slack * upd / GIB
         return out
 
@@ -387,8 +423,7 @@ class MemoryModel:
         inter = int(a.config["intermediate_size"])
         return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
 
-    def _shape(self, mb: MicroBatch, lengths: list[int], responses: list[int]
-               ) -> tuple[int, int, int]:
+    def _shape(self, mb: MicroBatch, lengths: list[int], responses: list[int]) -> tuple[int, int, int]:
         rows = len(mb.indices)
         width = max(lengths[i] for i in mb.indices)
         window = max(responses[i] for i in mb.indices) + 1
@@ -397,8 +432,7 @@ class MemoryModel:
     def _logit_elements(self, rows: int, window: int) -> float:
         return float(rows) * window * self.arch.vocab_size
 
-    def _forward_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int],
-                       cb: int) -> float:
+    def _forward_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int) -> float:
         """A forward without grad: one layer's transient, the attention mask, the logits in
         the compute dtype, their fp32 copy and the log-softmax."""
         rows, width, window = self._shape(mb, lengths, responses)
@@ -410,8 +444,9 @@ class MemoryModel:
         logits = self._logit_elements(rows, window) * ((cb + 8) if cb < 4 else 8)
         return layer + mask + logits
 
-    def _update_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int,
-                      checkpointing: bool) -> float:
+    def _update_bytes(
+        self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int, checkpointing: bool
+    ) -> float:
         """A forward + backward: saved activations (all layers', or their inputs plus one
         layer recomputed), the mask, and the logits with their gradients."""
         rows, width, window = self._shape(mb, lengths, responses)

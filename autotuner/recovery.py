@@ -41,8 +41,13 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
     retried = {t.user_attrs.get(RETRY_OF) for t in trials}
     numbers = []
     for t in trials:
-        if (t.state != TrialState.FAIL or t.user_attrs.get("status") != "interrupted"
-                or not t.params or t.number in retried or RETRY_OF in t.user_attrs):
+        if (
+            t.state != TrialState.FAIL
+            or t.user_attrs.get("status") != "interrupted"
+            or not t.params
+            or t.number in retried
+            or RETRY_OF in t.user_attrs
+        ):
             continue
         attrs = {RETRY_OF: t.number}
         if t.user_attrs.get("baseline"):
@@ -80,8 +85,10 @@ class RepeatedErrorBreaker:
     @property
     def reason(self) -> str:
         error_type, message = self.error or ("", "")
-        return (f"{self.count} trials in a row failed with the same error; fix its cause and "
-                f"submit the job again: {error_type}: {message}")[:2000]
+        return (
+            f"{self.count} trials in a row failed with the same error; fix its cause and "
+            f"submit the job again: {error_type}: {message}"
+        )[:2000]
 
 
 def database_unavailable(exc: BaseException) -> bool:

@@ -74,14 +74,19 @@ class Landscape:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "version": VERSION, "label": self.label, "command": self.command,
-            "recorded_at": self.recorded_at, "device": self.device,
+            "format": FORMAT,
+            "version": VERSION,
+            "label": self.label,
+            "command": self.command,
+            "recorded_at": self.recorded_at,
+            "device": self.device,
             "memory_cap_gib": self.memory_cap_gib,
             "measured_on": sorted({r.device for p in self.points for r in p.runs if r.device}),
             "spec": json.loads(self.spec.model_dump_json()),
             "arch": {"name": self.arch.name, "config": self.arch.config},
-            "points": [{"config": p.config, "runs": [dataclasses.asdict(r) for r in p.runs]}
-                       for p in self.points],
+            "points": [
+                {"config": p.config, "runs": [dataclasses.asdict(r) for r in p.runs]} for p in self.points
+            ],
         }
 
     def save(self, path: str | Path) -> None:
@@ -103,8 +108,10 @@ class Landscape:
             label=data.get("label", ""),
             command=data.get("command", ""),
             recorded_at=data.get("recorded_at", ""),
-            points=[LandscapePoint(p["config"], [TrialResult.from_dict(r) for r in p["runs"]])
-                    for p in data["points"]],
+            points=[
+                LandscapePoint(p["config"], [TrialResult.from_dict(r) for r in p["runs"]])
+                for p in data["points"]
+            ],
         )
 
     @classmethod
@@ -118,15 +125,22 @@ class Landscape:
 
     def key_of(self, trial: TrialSpec) -> str:
         """What identifies a config in a ``TrialSpec``: its knobs and phases (not its id)."""
-        return json.dumps({"phases": trial.phases, "rollout": dataclasses.asdict(trial.rollout),
-                           "train": dataclasses.asdict(trial.train)}, sort_keys=True)
+        return json.dumps(
+            {
+                "phases": trial.phases,
+                "rollout": dataclasses.asdict(trial.rollout),
+                "train": dataclasses.asdict(trial.train),
+            },
+            sort_keys=True,
+        )
 
     def index(self) -> dict[str, LandscapePoint]:
         """Points by ``key_of`` the trial spec the tuner builds for their config today."""
         out = {}
         for point in self.points:
-            trial = build_trial_spec(self.spec, self.arch, point.config, "replay", self.device,
-                                     self.memory_cap_gib)
+            trial = build_trial_spec(
+                self.spec, self.arch, point.config, "replay", self.device, self.memory_cap_gib
+            )
             out[self.key_of(trial)] = point
         return out
 
@@ -168,9 +182,11 @@ class ReplayExecutor:
         key = self.landscape.key_of(spec)
         point = self._index.get(key)
         if point is None:
-            raise LandscapeError(f"trial {spec.trial_id}: its config is not in the landscape "
-                                 f"({len(self._index)} points); record it, or search only "
-                                 "the recorded values")
+            raise LandscapeError(
+                f"trial {spec.trial_id}: its config is not in the landscape "
+                f"({len(self._index)} points); record it, or search only "
+                "the recorded values"
+            )
         k = self._served[key]
         self._served[key] += 1
         recorded = point.runs[k % len(point.runs)]

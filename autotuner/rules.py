@@ -38,15 +38,20 @@ def violations(
         out.append(Violation(rule, key, message))
 
     if tp < 1 or world % tp:
-        bad("R1", R + "tensor_model_parallel_size",
-            f"rollout world size {world} is not divisible by TP {tp}")
+        bad("R1", R + "tensor_model_parallel_size", f"rollout world size {world} is not divisible by TP {tp}")
     elif tp > cluster.n_gpus_per_node and tp % cluster.n_gpus_per_node:
-        bad("R2", R + "tensor_model_parallel_size",
+        bad(
+            "R2",
+            R + "tensor_model_parallel_size",
             f"a TP {tp} replica neither fits in one node ({cluster.n_gpus_per_node} GPUs) "
-            "nor fills whole nodes")
+            "nor fills whole nodes",
+        )
     if tp >= 1 and arch.num_attention_heads % tp:
-        bad("R1", R + "tensor_model_parallel_size",
-            f"attention heads ({arch.num_attention_heads}) are not divisible by TP {tp}")
+        bad(
+            "R1",
+            R + "tensor_model_parallel_size",
+            f"attention heads ({arch.num_attention_heads}) are not divisible by TP {tp}",
+        )
 
     batch = workload.train_batch_size * workload.n
     mini = workload.ppo_mini_batch_size * workload.n
@@ -65,8 +70,12 @@ def violations(
         for key in token_keys:
             value = config.get(key)
             if value is None or int(value) < longest:
-                bad("R9", key, f"token budget {value} is below the longest sequence "
-                    f"(max_prompt_length+max_response_length = {longest})")
+                bad(
+                    "R9",
+                    key,
+                    f"token budget {value} is below the longest sequence "
+                    f"(max_prompt_length+max_response_length = {longest})",
+                )
     else:
         micro_keys = [A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"]
         if workload.use_kl_loss:
@@ -76,8 +85,12 @@ def violations(
             if value is None:
                 bad("S3/S7/S8", key, "must be set when use_dynamic_bsz is False")
             elif int(value) < 1 or (local_mini and local_mini % int(value)):
-                bad("R8", key, f"micro-batch {value} does not divide the per-GPU mini-batch "
-                    f"ppo_mini_batch_size*n/dp = {local_mini}")
+                bad(
+                    "R8",
+                    key,
+                    f"micro-batch {value} does not divide the per-GPU mini-batch "
+                    f"ppo_mini_batch_size*n/dp = {local_mini}",
+                )
 
     gmu = config.get(R + "gpu_memory_utilization", 0.5)
     if not 0 < float(gmu) <= 1:
@@ -85,14 +98,23 @@ def violations(
     mnbt = int(config.get(R + "max_num_batched_tokens", 8192))
     mns = int(config.get(R + "max_num_seqs", 256))
     if workload.engine == "vllm" and mnbt < mns:
-        bad("V2", R + "max_num_batched_tokens",
-            f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns})")
+        bad(
+            "V2",
+            R + "max_num_batched_tokens",
+            f"max_num_batched_tokens ({mnbt}) must be >= max_num_seqs ({mns})",
+        )
     chunk = config.get(SGLANG_KWARGS + "chunked_prefill_size")
     if workload.engine == "sglang" and chunk is not None and int(chunk) < 1 and int(chunk) != -1:
-        bad("G1", SGLANG_KWARGS + "chunked_prefill_size",
-            f"{chunk} is neither a positive chunk size nor -1 (chunked prefill off)")
+        bad(
+            "G1",
+            SGLANG_KWARGS + "chunked_prefill_size",
+            f"{chunk} is neither a positive chunk size nor -1 (chunked prefill off)",
+        )
     max_model_len = config.get(R + "max_model_len")
     if max_model_len is not None and int(max_model_len) > arch.max_position_embeddings:
-        bad("R4", R + "max_model_len", f"{max_model_len} exceeds max_position_embeddings "
-            f"({arch.max_position_embeddings})")
+        bad(
+            "R4",
+            R + "max_model_len",
+            f"{max_model_len} exceeds max_position_embeddings ({arch.max_position_embeddings})",
+        )
     return out

@@ -40,8 +40,9 @@ REQUEUE_MAX_WAIT_S = 10.0
 class JobRunner:
     """Runs the queued jobs of one database in background threads of this process."""
 
-    def __init__(self, ctx: JobContext, concurrency: int = 1, poll_s: float = 1.0,
-                 orphan_check_s: float = 60.0) -> None:
+    def __init__(
+        self, ctx: JobContext, concurrency: int = 1, poll_s: float = 1.0, orphan_check_s: float = 60.0
+    ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency}: must be at least 1")
         self.ctx = ctx
@@ -61,10 +62,10 @@ class JobRunner:
             raise RuntimeError("JobRunner.start() was already called")
         recovered = recover_orphans(self.ctx, self.ctx.settings.orphan_after_s)
         if recovered:
-            log.warning("resuming %d job(s) left running by a dead runner: %s",
-                        len(recovered), ", ".join(recovered))
-        self._dispatcher = threading.Thread(target=self._dispatch, name="job-dispatcher",
-                                            daemon=True)
+            log.warning(
+                "resuming %d job(s) left running by a dead runner: %s", len(recovered), ", ".join(recovered)
+            )
+        self._dispatcher = threading.Thread(target=self._dispatch, name="job-dispatcher", daemon=True)
         self._dispatcher.start()
         return recovered
 
@@ -77,8 +78,12 @@ class JobRunner:
         for job_id, worker in self.running():
             worker.join(max(0.0, deadline - time.monotonic()))
             if worker.is_alive():
-                log.error("job %s did not stop within %.0f s; a later service resumes it "
-                          "once its heartbeat is stale", job_id, timeout_s)
+                log.error(
+                    "job %s did not stop within %.0f s; a later service resumes it "
+                    "once its heartbeat is stale",
+                    job_id,
+                    timeout_s,
+                )
 
     @property
     def alive(self) -> bool:
@@ -116,8 +121,7 @@ class JobRunner:
         job = self.ctx.store.claim_next(runner_id())
         if job is None:
             return False
-        worker = threading.Thread(target=self._work, args=(job.id,), name=f"job-{job.id[:8]}",
-                                  daemon=True)
+        worker = threading.Thread(target=self._work, args=(job.id,), name=f"job-{job.id[:8]}", daemon=True)
         with self._lock:
             self._workers[job.id] = worker
         worker.start()
@@ -130,8 +134,11 @@ class JobRunner:
             log.info("job %s stopped: %s", job_id, summary.stop_reason)
         except Exception as exc:
             if database_unavailable(exc):
-                log.error("job %s: the database failed (%s); the job goes back to the queue "
-                          "once it answers", job_id, root_cause(exc))
+                log.error(
+                    "job %s: the database failed (%s); the job goes back to the queue once it answers",
+                    job_id,
+                    root_cause(exc),
+                )
                 self._requeue_when_reachable(job_id)
             elif isinstance(exc, (AutotunerError, StorageError)):
                 log.error("job %s failed: %s", job_id, exc)
@@ -153,8 +160,9 @@ class JobRunner:
             except JobStateError:
                 return  # finished, or requeued by another service meanwhile
             except StorageError as exc:
-                log.warning("job %s: the database is still unavailable (%s); retrying in "
-                            "%.0f s", job_id, exc, delay_s)
+                log.warning(
+                    "job %s: the database is still unavailable (%s); retrying in %.0f s", job_id, exc, delay_s
+                )
             self._stopping.wait(delay_s)
             delay_s = min(2 * delay_s, REQUEUE_MAX_WAIT_S)
 

@@ -69,18 +69,21 @@ class Settings(BaseSettings):
         default=1, ge=1, le=64, description="Jobs the service runs at once (the rest wait queued)."
     )
     orphan_after_s: float = Field(
-        default=120.0, ge=30,
+        default=120.0,
+        ge=30,
         description="A running job whose runner sent no heartbeat for this long is requeued.",
     )
     max_request_bytes: int = Field(
         default=1_048_576, ge=1024, description="Largest request body the API accepts (413 above)."
     )
     max_job_trials: int = Field(
-        default=1000, ge=1,
+        default=1000,
+        ge=1,
         description="Largest budget.max_trials a job submitted over HTTP may ask.",
     )
     max_job_minutes: float = Field(
-        default=7 * 24 * 60, gt=0,
+        default=7 * 24 * 60,
+        gt=0,
         description="Largest budget.max_minutes a job submitted over HTTP may ask.",
     )
 
@@ -124,8 +127,11 @@ class Settings(BaseSettings):
         own directories), so trials that compile the same graphs reuse each other's work.
         A variable already set in this process's environment is left as it is."""
         root = self.resolved_compile_cache_dir
-        dirs = {"VLLM_CACHE_ROOT": root / "vllm", "TORCHINDUCTOR_CACHE_DIR": root / "inductor",
-                "TRITON_CACHE_DIR": root / "triton"}
+        dirs = {
+            "VLLM_CACHE_ROOT": root / "vllm",
+            "TORCHINDUCTOR_CACHE_DIR": root / "inductor",
+            "TRITON_CACHE_DIR": root / "triton",
+        }
         return {name: str(path) for name, path in dirs.items() if name not in os.environ}
 
     def python_for(self, engine: str) -> str | None:

@@ -80,11 +80,16 @@ class SearchSpace:
         for path in self.spec.search:
             knob = KNOBS[path]
             if engine not in knob.engines:
-                instead = [k.path for k in KNOBS.values()
-                           if engine in k.engines and k.trial_field == knob.trial_field]
+                instead = [
+                    k.path
+                    for k in KNOBS.values()
+                    if engine in k.engines and k.trial_field == knob.trial_field
+                ]
                 hint = f"; its counterpart for {engine} is {instead[0]}" if instead else ""
-                raise SpecError(f"search.{path}", f"verl does not pass this knob to {engine} "
-                                f"(only to {', '.join(knob.engines)}){hint}")
+                raise SpecError(
+                    f"search.{path}",
+                    f"verl does not pass this knob to {engine} (only to {', '.join(knob.engines)}){hint}",
+                )
 
     def _drop_inapplicable(self) -> None:
         """A searched knob that applies under no choice of the searched switches (e.g. the ref
@@ -112,8 +117,11 @@ class SearchSpace:
         """Rules broken by ``value`` for this knob, with every other knob at its baseline."""
         config = self.baseline_config()
         config[knob.path] = value
-        return [v for v in violations(config, self.spec.workload, self.spec.cluster, self.arch)
-                if v.key == knob.path]
+        return [
+            v
+            for v in violations(config, self.spec.workload, self.spec.cluster, self.arch)
+            if v.key == knob.path
+        ]
 
     def _candidates(self, knob: Knob, ctx: SpaceContext, override: KnobOverride | None) -> list[Any]:
         values = knob.candidates(ctx)
@@ -123,8 +131,12 @@ class SearchSpace:
             broken = [(v, self._valid_alone(knob, v)) for v in values]
             bad = [f"{v!r} ({errs[0].message})" for v, errs in broken if errs]
             if bad:
-                raise SpecError(where + ".choices", "invalid for this workload: " + "; ".join(bad)
-                                + f"; valid values include {knob.candidates(ctx)}")
+                raise SpecError(
+                    where + ".choices",
+                    "invalid for this workload: "
+                    + "; ".join(bad)
+                    + f"; valid values include {knob.candidates(ctx)}",
+                )
             return sorted(set(values), key=values.index)
         if override is not None and (override.low is not None or override.high is not None):
             low = override.low if override.low is not None else float("-inf")
@@ -150,12 +162,18 @@ class SearchSpace:
 
     def _check_fixed(self) -> None:
         config = self.baseline_config() | self.fixed
-        broken = [v for v in violations(config, self.spec.workload, self.spec.cluster, self.arch)
-                  if v.key in self.fixed and v.key in self.spec.search]
+        broken = [
+            v
+            for v in violations(config, self.spec.workload, self.spec.cluster, self.arch)
+            if v.key in self.fixed and v.key in self.spec.search
+        ]
         if broken:
             v = broken[0]
-            raise SpecError(f"search.{v.key}.fixed", f"{v.message} (verl rule {v.rule}); "
-                            f"pick a value from {KNOBS[v.key].candidates(self.context)}")
+            raise SpecError(
+                f"search.{v.key}.fixed",
+                f"{v.message} (verl rule {v.rule}); "
+                f"pick a value from {KNOBS[v.key].candidates(self.context)}",
+            )
 
     # ----------------------------------------------------------------- configs
 
@@ -174,10 +192,17 @@ class SearchSpace:
             for v in broken:
                 if v.key in KNOBS:
                     ctx = self.context
-                    options = [c for c in KNOBS[v.key].candidates(ctx)
-                               if not [x for x in violations(config | {v.key: c}, self.spec.workload,
-                                                             self.spec.cluster, self.arch)
-                                       if x.key == v.key]]
+                    options = [
+                        c
+                        for c in KNOBS[v.key].candidates(ctx)
+                        if not [
+                            x
+                            for x in violations(
+                                config | {v.key: c}, self.spec.workload, self.spec.cluster, self.arch
+                            )
+                            if x.key == v.key
+                        ]
+                    ]
                     if options:
                         base = float(KNOBS[v.key].baseline)
                         config[v.key] = min(options, key=lambda c: (abs(float(c) - base), -float(c)))

@@ -210,8 +210,17 @@ def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArc
         config = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise UnknownModelError("workload.model", f"cannot read {path}: {exc}") from exc
-    missing = [k for k in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                           "vocab_size", "intermediate_size") if k not in config]
+    missing = [
+        k
+        for k in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "vocab_size",
+            "intermediate_size",
+        )
+        if k not in config
+    ]
     if missing:
         raise UnknownModelError(
             "workload.model", f"{path} lacks {', '.join(missing)}; give a decoder LM's config.json"
@@ -254,7 +263,9 @@ class Workload(_Model):
     )
     n: int = Field(default=1, ge=1, le=1024, description="actor_rollout_ref.rollout.n: samples per prompt.")
     ppo_mini_batch_size: int = Field(
-        default=256, ge=1, le=1_000_000,
+        default=256,
+        ge=1,
+        le=1_000_000,
         description="actor_rollout_ref.actor.ppo_mini_batch_size: prompts per optimizer step.",
     )
     use_kl_loss: bool = Field(
@@ -305,7 +316,9 @@ class Cluster(_Model):
     n_gpus_per_node: int = Field(default=1, ge=1, le=64, description="trainer.n_gpus_per_node.")
     nnodes: int = Field(default=1, ge=1, le=1024, description="trainer.nnodes.")
     device_memory_gib: float | None = Field(
-        default=None, gt=0, le=4096,
+        default=None,
+        gt=0,
+        le=4096,
         description="Memory of one device (GiB); on cuda the GPU's own when unset, on cpu a cap "
         "enforced on each trial (default 8).",
     )
@@ -342,8 +355,9 @@ class KnobOverride(_Model):
     fixed: Any = Field(default=None, description="Use this value in every trial.")
     low: float | None = Field(default=None, description="Smallest value to try.")
     high: float | None = Field(default=None, description="Largest value to try.")
-    choices: list[Any] | None = Field(default=None, min_length=1, max_length=256,
-                                      description="Try only these values.")
+    choices: list[Any] | None = Field(
+        default=None, min_length=1, max_length=256, description="Try only these values."
+    )
     drop: bool = Field(default=False, description="Do not search it: verl's default is used.")
 
     @model_validator(mode="before")
@@ -358,8 +372,12 @@ class KnobOverride(_Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> KnobOverride:
-        kinds = [self.fixed is not None, self.low is not None or self.high is not None,
-                 self.choices is not None, self.drop]
+        kinds = [
+            self.fixed is not None,
+            self.low is not None or self.high is not None,
+            self.choices is not None,
+            self.drop,
+        ]
         if sum(kinds) != 1:
             raise ValueError("give exactly one of fixed, low/high, choices or drop")
         if self.low is not None and self.high is not None and self.low > self.high:
@@ -377,18 +395,24 @@ class Budget(_Model):
         default=900.0, ge=10, le=24 * 3600, description="A trial still running after this is killed."
     )
     patience_trials: int = Field(
-        default=10, ge=0, le=10_000,
+        default=10,
+        ge=0,
+        le=10_000,
         description="Stop early once this many measured trials in a row have not improved the "
         "Pareto front by more than noise_band_pct (0: never stop early).",
     )
     noise_band_pct: float = Field(
-        default=2.0, ge=0, le=50,
+        default=2.0,
+        ge=0,
+        le=50,
         description="Measurement noise (%): a trial within it of a front point is no improvement "
         "(early stopping), and finalists within it (or within the winner's measured spread, if "
         "larger) tie; of tied finalists the one with the least peak memory wins.",
     )
     remeasure_finalists: int | None = Field(
-        default=None, ge=0, le=32,
+        default=None,
+        ge=0,
+        le=32,
         description="Pareto-front trials (fastest first) measured again at the end for a median "
         "and spread; default one per 8 max_trials, at most 3 (none below 8 trials); 0: none.",
     )
@@ -427,7 +451,9 @@ class MemoryModelSettings(_Model):
         "(recorded as predicted_oom, infeasible for the sampler, never run).",
     )
     skip_margin: float = Field(
-        default=0.15, ge=0, le=10,
+        default=0.15,
+        ge=0,
+        le=10,
         description="Skip only when a predicted peak exceeds the device's memory by more than this "
         "fraction (0.15: 15%), so a wrong model costs a trial, not the optimum.",
     )
@@ -471,8 +497,13 @@ def _default_objectives() -> list[Objective]:
 class JobSpec(_Model):
     """A tuning job: the workload, the cluster, the search and the budget."""
 
-    name: str = Field(default="job", min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$",
-                      description="A name for the job (letters, digits, . _ -).")
+    name: str = Field(
+        default="job",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="A name for the job (letters, digits, . _ -).",
+    )
     workload: Workload = Field(default_factory=Workload)
     cluster: Cluster = Field(default_factory=Cluster)
     search: dict[str, KnobOverride] = Field(
@@ -482,7 +513,8 @@ class JobSpec(_Model):
     memory_model: MemoryModelSettings = Field(default_factory=MemoryModelSettings)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
     baselines: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, max_length=16,
+        default_factory=dict,
+        max_length=16,
         description="Named configs (knob path -> value) measured first, besides verl's defaults, "
         "so the job reports its gain over them (e.g. your production command).",
     )
@@ -504,8 +536,10 @@ class JobSpec(_Model):
         for name, config in self.baselines.items():
             bad = sorted(set(config) - set(KNOBS))
             if bad:
-                raise ValueError(f"baselines.{name} names unknown knob(s) {', '.join(bad)}; "
-                                 "use knob paths from the search space")
+                raise ValueError(
+                    f"baselines.{name} names unknown knob(s) {', '.join(bad)}; "
+                    "use knob paths from the search space"
+                )
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")

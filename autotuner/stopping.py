@@ -29,8 +29,9 @@ def _covers(q: TrialRecord, p: TrialRecord, objectives: Sequence[Objective], ban
     return True
 
 
-def improves(new: TrialRecord, earlier: Sequence[TrialRecord], objectives: Sequence[Objective],
-             band: float) -> bool:
+def improves(
+    new: TrialRecord, earlier: Sequence[TrialRecord], objectives: Sequence[Objective], band: float
+) -> bool:
     """Whether ``new`` (feasible) is covered by none of the ``earlier`` feasible trials."""
     if not new.feasible or any(new.metric(o.metric) is None for o in objectives):
         return False
@@ -61,6 +62,8 @@ class Patience:
         return bool(self.patience and self.feasible and self.since_improvement >= self.patience)
 
     def reason(self) -> str:
-        return (f"stopped early: the Pareto front has not improved beyond the "
-                f"{100 * self.band:g}% noise band in the last {self.since_improvement} measured "
-                f"trials (budget.patience_trials = {self.patience})")
+        return (
+            f"stopped early: the Pareto front has not improved beyond the "
+            f"{100 * self.band:g}% noise band in the last {self.since_improvement} measured "
+            f"trials (budget.patience_trials = {self.patience})"
+        )

@@ -78,10 +78,20 @@ GRID_LISTED_UP_TO = 4096
 CONSTRAINT = "fits"
 # Failures that say nothing about the config (the machine or Ray failed, or the user
 # cancelled): recorded as ``infra_error``, not counted, and the config may run again.
-INFRA_ERROR_TYPES = frozenset({
-    "GpuNotClean", "TrialLaunchError", "Cancelled", "WorkerCrashedError", "NodeDiedError", "RaySystemError",
-    "LocalRayletDiedError", "OwnerDiedError", "ObjectLostError", "ActorDiedError",
-})
+INFRA_ERROR_TYPES = frozenset(
+    {
+        "GpuNotClean",
+        "TrialLaunchError",
+        "Cancelled",
+        "WorkerCrashedError",
+        "NodeDiedError",
+        "RaySystemError",
+        "LocalRayletDiedError",
+        "OwnerDiedError",
+        "ObjectLostError",
+        "ActorDiedError",
+    }
+)
 # This many infrastructure failures in a row stop the job: the machine cannot measure.
 MAX_INFRA_ERRORS_IN_A_ROW = 3
 BREAKER_PREFIX = "circuit breaker"
@@ -193,12 +203,12 @@ class StudyRunner:
         if self.infer_feasibility is None:
             self.infer_feasibility = settings.infer_from_neighbours
         budget = self.spec.budget
-        self._patience = Patience(self.spec.objectives, budget.noise_band_pct / 100,
-                                  budget.patience_trials)
+        self._patience = Patience(self.spec.objectives, budget.noise_band_pct / 100, budget.patience_trials)
 
     @classmethod
-    def default_memory_model(cls, spec: JobSpec, space: SearchSpace,
-                             memory_cap_gib: float | None) -> MemoryModel | None:
+    def default_memory_model(
+        cls, spec: JobSpec, space: SearchSpace, memory_cap_gib: float | None
+    ) -> MemoryModel | None:
         """The job's memory model, or None when the job turned it off."""
         if not spec.memory_model.enabled:
             return None
@@ -236,14 +246,21 @@ class StudyRunner:
             return
         base = self.space.baseline_config()
         named = [(DEFAULTS_BASELINE, base)] + [
-            (name, base | config) for name, config in self.spec.baselines.items()]
+            (name, base | config) for name, config in self.spec.baselines.items()
+        ]
         for name, config in named:
-            params = {p: config[p] for p, values in self.space.searched.items()
-                      if p in config and config[p] in values}
+            params = {
+                p: config[p]
+                for p, values in self.space.searched.items()
+                if p in config and config[p] in values
+            }
             ignored = sorted(p for p in self.spec.baselines.get(name, {}) if p not in params)
             if ignored:
-                log.warning("baseline %s: %s not searched with those values; the sampler picks them",
-                            name, ", ".join(ignored))
+                log.warning(
+                    "baseline %s: %s not searched with those values; the sampler picks them",
+                    name,
+                    ", ".join(ignored),
+                )
             self.study.enqueue_trial(params, user_attrs={"baseline": name})
 
     # ------------------------------------------------------------------ loop
@@ -273,15 +290,22 @@ class StudyRunner:
                 return self._cancel()
             launched = self._measured + len(self._pending)
             patience_out = self._patience is not None and self._patience.exhausted
-            can_launch = (launched < budget.max_trials and time.monotonic() < deadline
-                          and len(self._pending) < budget.max_concurrent_trials
-                          and not self._waiting_for_gpus() and not holding
-                          and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW and not patience_out)
+            can_launch = (
+                launched < budget.max_trials
+                and time.monotonic() < deadline
+                and len(self._pending) < budget.max_concurrent_trials
+                and not self._waiting_for_gpus()
+                and not holding
+                and unrunnable_in_a_row < MAX_UNRUNNABLE_IN_A_ROW
+                and not patience_out
+            )
             left = self._unsettled()
             if can_launch and left is not None and not left:  # nothing new to propose
                 if not self._pending:
-                    return (f"search space exhausted: all {len(self._grid or ())} configs of the "
-                            "space were measured, are in flight or are known not to fit")
+                    return (
+                        f"search space exhausted: all {len(self._grid or ())} configs of the "
+                        "space were measured, are in flight or are known not to fit"
+                    )
                 can_launch = False
             if can_launch:
                 self._queue_composition()
@@ -297,9 +321,11 @@ class StudyRunner:
                 if patience_out and self._patience is not None:
                     return self._patience.reason()
                 if unrunnable_in_a_row >= MAX_UNRUNNABLE_IN_A_ROW:
-                    return ("search space exhausted: the last "
-                            f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already, "
-                            "invalid or known not to fit")
+                    return (
+                        "search space exhausted: the last "
+                        f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already, "
+                        "invalid or known not to fit"
+                    )
                 return f"reached max_minutes ({budget.max_minutes:g})"
             results = self._collect(breaker)
             if isinstance(results, str):
@@ -334,16 +360,27 @@ class StudyRunner:
         for result in self.executor.cancel_all():
             self._finish(result)
         for tid in [t for t, p in self._pending.items() if not p.dispatched]:
-            self._finish(TrialResult(tid, "error", error_type="Cancelled",
-                                     error_message="the job stopped before this trial got its GPUs"))
+            self._finish(
+                TrialResult(
+                    tid,
+                    "error",
+                    error_type="Cancelled",
+                    error_message="the job stopped before this trial got its GPUs",
+                )
+            )
 
     # ------------------------------------------------------------------ composition
 
     def _composes(self) -> bool:
         w = self.spec.workload
-        return (self.spec.budget.compose_phases and w.measures_rollout and w.measures_train
-                and any(o.metric == THROUGHPUT and o.resolved_direction == "maximize"
-                        for o in self.spec.objectives))
+        return (
+            self.spec.budget.compose_phases
+            and w.measures_rollout
+            and w.measures_train
+            and any(
+                o.metric == THROUGHPUT and o.resolved_direction == "maximize" for o in self.spec.objectives
+            )
+        )
 
     def _queue_composition(self) -> None:
         """Queue the config ``autotuner.compose`` predicts fastest, if it beats the best
@@ -352,28 +389,39 @@ class StudyRunner:
         if not self._composes() or self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return
         exclude = set(self._known) | {config_key(p.config) for p in self._pending.values()} | self._composed
-        best = best_composition(self._ran, self.space.searched, exclude,
-                                lambda params: config_key(self.space.full_config(params)))
+        best = best_composition(
+            self._ran, self.space.searched, exclude, lambda params: config_key(self.space.full_config(params))
+        )
         incumbent = max((r.metrics.get(THROUGHPUT, 0.0) for r in self._ran if r.feasible), default=0.0)
         band = 1 + self.spec.budget.noise_band_pct / 100
         if best is None or best.predicted_throughput <= incumbent * band:
             self._queue_exploration(exclude)
             return
         self._composed.add(config_key(self.space.full_config(best.params)))
-        log.info("queued a composition: trial %s's rollout side with trial %s's train side, "
-                 "predicted %.1f tokens/s/GPU (best measured %.1f)", best.engine_from,
-                 best.actor_from, best.predicted_throughput, incumbent)
-        self.study.enqueue_trial(best.params, user_attrs={
-            "composed_from": [best.engine_from, best.actor_from],
-            "predicted_throughput": round(best.predicted_throughput, 1)})
+        log.info(
+            "queued a composition: trial %s's rollout side with trial %s's train side, "
+            "predicted %.1f tokens/s/GPU (best measured %.1f)",
+            best.engine_from,
+            best.actor_from,
+            best.predicted_throughput,
+            incumbent,
+        )
+        self.study.enqueue_trial(
+            best.params,
+            user_attrs={
+                "composed_from": [best.engine_from, best.actor_from],
+                "predicted_throughput": round(best.predicted_throughput, 1),
+            },
+        )
 
     def _queue_exploration(self, exclude: set[str]) -> None:
         """Queue an engine-side setting no proposal has had yet, paired with the best train
         side measured so far (``compose.next_engine_side``), if there is one."""
         if self._explored or not explorable(self.space.searched):
             return
-        tried = [t.user_attrs["config"] for t in self.study.get_trials(deepcopy=False)
-                 if "config" in t.user_attrs]
+        tried = [
+            t.user_attrs["config"] for t in self.study.get_trials(deepcopy=False) if "config" in t.user_attrs
+        ]
         while True:
             found = next_engine_side(self._ran, self.space.searched, tried, self.spec.seed)
             if found is None:
@@ -386,8 +434,11 @@ class StudyRunner:
             if config_key(config) in exclude:
                 continue
             self._composed.add(config_key(config))
-            log.info("queued an engine-side setting not tried yet, with trial %s's train side: %s",
-                     best.number, combo)
+            log.info(
+                "queued an engine-side setting not tried yet, with trial %s's train side: %s",
+                best.number,
+                combo,
+            )
             self.study.enqueue_trial(params, user_attrs={"explores_with": best.number})
             return
 
@@ -401,10 +452,13 @@ class StudyRunner:
             return None
         key = rollout_key(config)
         for rec in self._ran:
-            if (rec.status == "ok" and "engine_asleep_gib" in rec.metrics
-                    and "rollout_makespan_s" in rec.metrics and rollout_key(rec.config) == key):
-                return {"trial": rec.number, "metrics": rec.metrics,
-                        "timings": rec.phase_timings_s}
+            if (
+                rec.status == "ok"
+                and "engine_asleep_gib" in rec.metrics
+                and "rollout_makespan_s" in rec.metrics
+                and rollout_key(rec.config) == key
+            ):
+                return {"trial": rec.number, "metrics": rec.metrics, "timings": rec.phase_timings_s}
         return None
 
     # ------------------------------------------------------------------ GPU admission
@@ -431,8 +485,11 @@ class StudyRunner:
             if pending.gpus > self._gpus_free():
                 return
             assert pending.spec is not None
-            resources = (Resources(num_cpus=1, num_gpus=pending.gpus) if self.device == "cuda"
-                         else Resources(num_cpus=self.cpus_per_trial))
+            resources = (
+                Resources(num_cpus=1, num_gpus=pending.gpus)
+                if self.device == "cuda"
+                else Resources(num_cpus=self.cpus_per_trial)
+            )
             self.executor.submit(pending.spec, resources, self.spec.budget.trial_timeout_s)
             pending.dispatched = True
             self.hooks.on_start(pending.trial.number, tid)
@@ -464,8 +521,10 @@ class StudyRunner:
         if self.infer_feasibility:
             oom = self._feasibility.ruled_out_by(config)
             if oom is not None:
-                why = (f"at least as large in every memory knob as trial {oom.number}, which ran "
-                       f"out of memory ({oom.phase or 'unknown phase'})")
+                why = (
+                    f"at least as large in every memory knob as trial {oom.number}, which ran "
+                    f"out of memory ({oom.phase or 'unknown phase'})"
+                )
                 self._tell_skipped(trial, config, "inferred_oom", why, {}, inferred_from=oom.number)
                 return None
         if self.memory_model is None:
@@ -478,23 +537,39 @@ class StudyRunner:
             if fits is None:
                 self._tell_skipped(trial, config, "predicted_oom", too_big, predicted)
                 return None
-            log.info("trial %s: %s, but trial %s (at least as large) fit; running it",
-                     trial.number, too_big, fits.number)
+            log.info(
+                "trial %s: %s, but trial %s (at least as large) fit; running it",
+                trial.number,
+                too_big,
+                fits.number,
+            )
         return predicted
 
-    def _submit(self, trial: optuna.Trial, config: dict[str, Any], predicted: dict[str, float],
-                repeat_of: int | None = None) -> bool:
+    def _submit(
+        self,
+        trial: optuna.Trial,
+        config: dict[str, Any],
+        predicted: dict[str, float],
+        repeat_of: int | None = None,
+    ) -> bool:
         """Run ``config`` as soon as its GPUs are free; False when no node can hold it."""
         trial_id = f"{self.study.study_name}-{trial.number}"
         gpus = trial_gpus(self.spec, config) if self.device == "cuda" else 0
         if self._gpus is not None and gpus > self._gpus.largest_node:
-            self._tell_unrun(trial, config, "invalid", (
-                f"needs {gpus} GPUs on one node but the Ray cluster's largest node has "
-                f"{self._gpus.largest_node}; lower tensor_model_parallel_size (search), use "
-                "cluster.trial_scope 'replica', or add GPUs"))
+            self._tell_unrun(
+                trial,
+                config,
+                "invalid",
+                (
+                    f"needs {gpus} GPUs on one node but the Ray cluster's largest node has "
+                    f"{self._gpus.largest_node}; lower tensor_model_parallel_size (search), use "
+                    "cluster.trial_scope 'replica', or add GPUs"
+                ),
+            )
             return False
-        trial_spec = build_trial_spec(self.spec, self.space.arch, config, trial_id, self.device,
-                                      self.memory_cap_gib)
+        trial_spec = build_trial_spec(
+            self.spec, self.space.arch, config, trial_id, self.device, self.memory_cap_gib
+        )
         if repeat_of is None and trial_spec.trial_gpus == 1:
             trial_spec.reused_rollout = self._rollout_donor(config)
         trial.set_user_attr("config", config)
@@ -530,16 +605,21 @@ class StudyRunner:
                 return self._cancel()
             if time.monotonic() >= deadline and not self._pending:
                 return f"; re-measuring the finalists stopped at max_minutes ({budget.max_minutes:g})"
-            if (queue and time.monotonic() < deadline and not self._waiting_for_gpus()
-                    and len(self._pending) < budget.max_concurrent_trials):
+            if (
+                queue
+                and time.monotonic() < deadline
+                and not self._waiting_for_gpus()
+                and len(self._pending) < budget.max_concurrent_trials
+            ):
                 self._launch_repeat(queue.pop(0))
                 continue
             tripped = self._collect(breaker)
             if isinstance(tripped, str):
                 return f"; re-measuring the finalists stopped: {tripped}"
         numbers = ", ".join(f"#{r.number}" for r in finalists)
-        return (f"; finalists {numbers} measured {budget.remeasure_runs} times each "
-                "(medians decide the winner)")
+        return (
+            f"; finalists {numbers} measured {budget.remeasure_runs} times each (medians decide the winner)"
+        )
 
     def _launch_repeat(self, original: TrialRecord) -> None:
         frozen = self.study.get_trials(deepcopy=False)[original.number]
@@ -549,8 +629,12 @@ class StudyRunner:
             config = self.space.suggest(trial).config
             if trial.user_attrs.get("repeat_of") == original.number:
                 break
-            self._tell_unrun(trial, config, "invalid",
-                             "left waiting when the search ended; not run (re-measuring finalists)")
+            self._tell_unrun(
+                trial,
+                config,
+                "invalid",
+                "left waiting when the search ended; not run (re-measuring finalists)",
+            )
         if config_key(config) != config_key(original.config):  # the space changed under it
             self._tell_unrun(trial, config, "invalid", f"could not re-propose trial {original.number}")
             return
@@ -590,8 +674,9 @@ class StudyRunner:
             self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
             return None
         if pending.predicted and self.memory_model is not None:
-            trial.set_user_attr("memory_error_gib", self.memory_model.errors(
-                pending.predicted, result.status, result.metrics))
+            trial.set_user_attr(
+                "memory_error_gib", self.memory_model.errors(pending.predicted, result.status, result.metrics)
+            )
         values = self._objective_values(result) if result.ok else None
         if result.ok and values is None:
             trial.set_user_attr("status", "error")
@@ -619,8 +704,15 @@ class StudyRunner:
         trial.set_user_attr("error_message", why)
         self.study.tell(trial, state=TrialState.FAIL)
 
-    def _tell_skipped(self, trial: optuna.Trial, config: dict[str, Any], status: str, why: str,
-                      predicted: dict[str, float], inferred_from: int | None = None) -> None:
+    def _tell_skipped(
+        self,
+        trial: optuna.Trial,
+        config: dict[str, Any],
+        status: str,
+        why: str,
+        predicted: dict[str, float],
+        inferred_from: int | None = None,
+    ) -> None:
         """Known not to fit: infeasible for the sampler (like an OOM), never run, no cost."""
         trial.set_user_attr("status", status)
         trial.set_user_attr("config", config)
@@ -638,8 +730,9 @@ class StudyRunner:
             self._predicted_oom.add(config_key(config))
         self.hooks.on_record(record)
 
-    def _tell_duplicate(self, trial: optuna.Trial, config: dict[str, Any],
-                        earlier: TrialRecord | None) -> None:
+    def _tell_duplicate(
+        self, trial: optuna.Trial, config: dict[str, Any], earlier: TrialRecord | None
+    ) -> None:
         if earlier is None:  # same config is in flight right now
             self._tell_unrun(trial, config, "duplicate", "the same config is being measured now")
             return
@@ -650,8 +743,7 @@ class StudyRunner:
         if earlier.status == "ok" and earlier.values is not None:
             trial.set_constraint(CONSTRAINT, -1.0)
             self.study.tell(trial, earlier.values)
-        elif (earlier.status in ("oom", "timeout", *SKIPPED_STATUSES)
-              and earlier.values is not None):
+        elif earlier.status in ("oom", "timeout", *SKIPPED_STATUSES) and earlier.values is not None:
             trial.set_constraint(CONSTRAINT, 1.0)
             self.study.tell(trial, earlier.values)
         else:
@@ -677,5 +769,7 @@ class _Breaker:
         return self.in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW
 
     def reason(self) -> str:
-        return (f"{BREAKER_PREFIX}: {self.in_a_row} trials in a row failed for reasons outside "
-                f"their configs; last: {self.last}")
+        return (
+            f"{BREAKER_PREFIX}: {self.in_a_row} trials in a row failed for reasons outside "
+            f"their configs; last: {self.last}"
+        )

@@ -25,10 +25,12 @@ MEMORY = "peak_memory_gib"
 
 def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
     """Feasible trials no other feasible trial beats on every objective of the job."""
-    feasible = [r for r in recs if r.feasible and all(r.metric(o.metric) is not None
-                                                      for o in spec.objectives)]
-    objectives = [((lambda r, m=o.metric: float(r.metrics[m])), o.resolved_direction)
-                  for o in spec.objectives]
+    feasible = [
+        r for r in recs if r.feasible and all(r.metric(o.metric) is not None for o in spec.objectives)
+    ]
+    objectives = [
+        ((lambda r, m=o.metric: float(r.metrics[m])), o.resolved_direction) for o in spec.objectives
+    ]
     return pareto_front(feasible, objectives)
 
 
@@ -71,8 +73,10 @@ class Runs:
         """``7083.0 tok/s/GPU`` or ``7083.0 tok/s/GPU (median of 3, spread 1.2%)``."""
         if self.n < 2:
             return f"{self.median:.1f} tok/s/GPU (1 run)"
-        return (f"{self.median:.1f} tok/s/GPU (median of {self.n} runs, "
-                f"{self.low:.1f}-{self.high:.1f}, spread {self.spread_pct or 0:.1f}%)")
+        return (
+            f"{self.median:.1f} tok/s/GPU (median of {self.n} runs, "
+            f"{self.low:.1f}-{self.high:.1f}, spread {self.spread_pct or 0:.1f}%)"
+        )
 
 
 def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
@@ -89,12 +93,14 @@ def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
     return out
 
 
-def choose(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
-           ) -> tuple[Runs | None, list[int]]:
+def choose(
+    spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
+) -> tuple[Runs | None, list[int]]:
     """The winner's runs and the trials it tied with (see the module docstring)."""
     cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
-    candidates = [runs for runs in runs_of(recs).values()
-                  if float(runs.trial.metrics.get(MEMORY, 0.0)) <= cap]
+    candidates = [
+        runs for runs in runs_of(recs).values() if float(runs.trial.metrics.get(MEMORY, 0.0)) <= cap
+    ]
     if not candidates:
         return None, []
     top = max(candidates, key=lambda c: (c.median, -c.trial.number))
@@ -106,8 +112,9 @@ def choose(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | 
     return winner, sorted(c.trial.number for c in tied if c is not winner)
 
 
-def best(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
-         ) -> TrialRecord | None:
+def best(
+    spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
+) -> TrialRecord | None:
     """The winner among feasible trials, under a memory cap if one is given."""
     winner, _ = choose(spec, recs, max_peak_memory_gib)
     return None if winner is None else winner.trial
@@ -116,8 +123,11 @@ def best(spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | No
 def gpu_seconds(recs: list[TrialRecord]) -> float:
     """What the job's trials cost: each run's wall time (start-up included) x its GPUs (as
     reserved; a trial that did not record them: its TP size, one on a CPU)."""
-    return sum(r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
-               for r in recs if r.ran or r.status == "infra_error")
+    return sum(
+        r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
+        for r in recs
+        if r.ran or r.status == "infra_error"
+    )
 
 
 def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
@@ -136,7 +146,8 @@ def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
             "mean_abs_error_gib": statistics.fmean(abs(e) for e, _ in pairs),
             "max_abs_error_gib": max(abs(e) for e, _ in pairs),
             "mean_abs_error_pct": statistics.fmean(100 * abs(e) / m for e, m in pairs if m > 0)
-            if any(m > 0 for _, m in pairs) else None,
+            if any(m > 0 for _, m in pairs)
+            else None,
             "mean_error_gib": statistics.fmean(e for e, _ in pairs),
         }
     return phases
@@ -173,8 +184,11 @@ class JobSummary:
         """The winner in one line with its spread, for the CLI and logs."""
         if self.best is None or self.best_throughput is None:
             return "no feasible trial"
-        runs = (f" (median of {self.best_runs} runs, spread {self.best_spread_pct or 0:.1f}%)"
-                if self.best_runs >= 2 else " (1 run)")
+        runs = (
+            f" (median of {self.best_runs} runs, spread {self.best_spread_pct or 0:.1f}%)"
+            if self.best_runs >= 2
+            else " (1 run)"
+        )
         tied = f"; tied within the noise band with {self.tied_with}" if self.tied_with else ""
         return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}"
 
@@ -191,13 +205,22 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
         if r.baseline and r.baseline not in out_baselines and (r.measured or r.status == "duplicate"):
             tput = r.metric(THROUGHPUT) if r.status == "ok" else 0.0
             gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
-            out_baselines[r.baseline] = {"trial": r.number, "status": r.status,
-                                         "throughput_tokens_per_s_per_gpu": tput,
-                                         "gain_of_best": gain}
+            out_baselines[r.baseline] = {
+                "trial": r.number,
+                "status": r.status,
+                "throughput_tokens_per_s_per_gpu": tput,
+                "gain_of_best": gain,
+            }
     base = next((r for r in recs if r.baseline and r.measured), None)
-    out = JobSummary(stop_reason, counts, [r.number for r in front(spec, recs)],
-                     baselines=out_baselines, noise_band_pct=spec.budget.noise_band_pct,
-                     memory_model_errors=memory_errors(recs), gpu_seconds=gpu_seconds(recs))
+    out = JobSummary(
+        stop_reason,
+        counts,
+        [r.number for r in front(spec, recs)],
+        baselines=out_baselines,
+        noise_band_pct=spec.budget.noise_band_pct,
+        memory_model_errors=memory_errors(recs),
+        gpu_seconds=gpu_seconds(recs),
+    )
     if winner is not None:
         out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
         out.best_runs, out.tied_with = winner.n, tied

@@ -36,7 +36,8 @@ def copy_jobs(source: Database, destination: Database) -> int:
         if present:
             raise errors.JobStateError(
                 f"database {destination.masked_url} already holds {present} job(s); copy into "
-                "an empty database")
+                "an empty database"
+            )
         if rows:
             session.execute(insert(table), rows)
         return len(rows)

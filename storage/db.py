@@ -96,9 +96,7 @@ class Database:
             if self._url.get_backend_name() == "sqlite":
                 return _sqlite_engine(self._url, busy_timeout_s)
             connect_args: dict[str, Any] = {}
-            if self._url.get_backend_name() == "postgresql" and (
-                "connect_timeout" not in self._url.query
-            ):
+            if self._url.get_backend_name() == "postgresql" and ("connect_timeout" not in self._url.query):
                 connect_args["connect_timeout"] = connect_timeout_s
             return create_engine(self._url, pool_pre_ping=True, connect_args=connect_args)
         except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:

@@ -125,9 +125,7 @@ class JobStore:
             .scalar_subquery()
         )
         statement = _claim_statement(JobRow.id == oldest_queued, runner_id, device)
-        return self._database.run_transaction(
-            lambda s: _returning_one(s, statement.returning(JobRow))
-        )
+        return self._database.run_transaction(lambda s: _returning_one(s, statement.returning(JobRow)))
 
     def claim(self, job_id: str, runner_id: str, *, device: str | None = None) -> JobRecord:
         """Move this queued job to running, owned by ``runner_id``.
@@ -142,9 +140,7 @@ class JobStore:
             record = _returning_one(session, statement.returning(JobRow))
             if record is None:
                 row = _load(session, job_id)
-                raise errors.JobStateError(
-                    f"job {job_id} is {row.status}, not queued: it cannot be claimed"
-                )
+                raise errors.JobStateError(f"job {job_id} is {row.status}, not queued: it cannot be claimed")
             return record
 
         return self._database.run_transaction(work)
@@ -173,9 +169,7 @@ class JobStore:
 
         self._database.run_transaction(work)
 
-    def update_progress(
-        self, job_id: str, trials_done: int, result_json: str | None = None
-    ) -> None:
+    def update_progress(self, job_id: str, trials_done: int, result_json: str | None = None) -> None:
         """Record the trials done so far and, if given, the result summary so far.
 
         Raises:
@@ -188,12 +182,8 @@ class JobStore:
         values: dict[str, Any] = {"trials_done": trials_done}
         if result_json is not None:
             values["result_json"] = result_json
-        statement = (
-            update(JobRow).where(JobRow.id == job_id, JobRow.status == "running").values(values)
-        )
-        self._database.run_transaction(
-            lambda s: _require_updated(s, statement, job_id, "record progress of")
-        )
+        statement = update(JobRow).where(JobRow.id == job_id, JobRow.status == "running").values(values)
+        self._database.run_transaction(lambda s: _require_updated(s, statement, job_id, "record progress of"))
 
     def finish(
         self,
@@ -363,8 +353,7 @@ class JobStore:
             if study_name is None:
                 row = _load(session, job_id)
                 raise errors.JobStateError(
-                    f"job {job_id} is {row.status}: cancel it and wait until it finished "
-                    "before deleting it"
+                    f"job {job_id} is {row.status}: cancel it and wait until it finished before deleting it"
                 )
             return study_name
 

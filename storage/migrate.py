@@ -41,9 +41,7 @@ def upgrade(connection: Connection, revision: str = "head") -> None:
     """
     with _ALEMBIC_LOCK:
         if connection.dialect.name == "postgresql":
-            connection.execute(
-                text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK_KEY}
-            )
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _UPGRADE_LOCK_KEY})
         command.upgrade(alembic_config(connection), revision)
 
 

@@ -63,9 +63,7 @@ def postgres_url(postgres_admin_url: str) -> Iterator[str]:
                 {"name": name},
             )
             force = connection.dialect.server_version_info >= (13,)
-            connection.execute(
-                text(f'DROP DATABASE IF EXISTS "{name}"' + (" WITH (FORCE)" if force else ""))
-            )
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"' + (" WITH (FORCE)" if force else "")))
         admin.dispose()
 
 
@@ -100,8 +98,10 @@ def _groups(item: pytest.Item) -> set[str]:
     """The xdist groups of a test: its ``xdist_group`` marks; where a shared fixture it uses is
     defined (its conftest's folder, or its module), so that a folder's tests sharing a server
     stay together; its module, if listed in SAME_WORKER_MODULES."""
-    groups = {str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
-              for mark in item.iter_markers("xdist_group")}
+    groups = {
+        str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+        for mark in item.iter_markers("xdist_group")
+    }
     defined = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     for name in SHARED_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         definitions = defined.get(name)

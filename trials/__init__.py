@@ -15,9 +15,7 @@ from trials.types import RolloutKnobs, TrainKnobs, TrialResult, TrialSpec
 __all__ = ["RolloutKnobs", "TrainKnobs", "TrialResult", "TrialSpec", "launch_trial", "run_trial"]
 
 
-def run_trial(
-    spec: TrialSpec, on_progress: Callable[[TrialResult], None] | None = None
-) -> TrialResult:
+def run_trial(spec: TrialSpec, on_progress: Callable[[TrialResult], None] | None = None) -> TrialResult:
     """Run ``spec`` in this process (see ``trials.runner.run_trial``); never raises."""
     from trials.runner import run_trial as _run_trial
 

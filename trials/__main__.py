@@ -105,9 +105,7 @@ def _run(args: argparse.Namespace) -> int:
         spec = TrialSpec.from_json(raw)
     except (TypeError, ValueError, KeyError) as exc:
         trial_id = str(json.loads(raw).get("trial_id", "")) if raw.strip().startswith("{") else ""
-        result = TrialResult(
-            trial_id, "error", error_type="InvalidTrialSpec", error_message=str(exc)
-        )
+        result = TrialResult(trial_id, "error", error_type="InvalidTrialSpec", error_message=str(exc))
         _write_json(args.out, result.to_json())
         return 0
 
@@ -131,9 +129,7 @@ def _run(args: argparse.Namespace) -> int:
 
         result = run_trial(spec, on_progress=progress)
     _write_json(args.out, result.to_json())
-    logging.getLogger("trials").info(
-        "trial %s: %s in %.1f s", spec.trial_id, result.status, result.wall_s
-    )
+    logging.getLogger("trials").info("trial %s: %s in %.1f s", spec.trial_id, result.status, result.wall_s)
     return 0
 
 

@@ -61,9 +61,7 @@ def build_causal_lm(
     without_cudnn_attention()
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(
-            config, attn_implementation="sdpa", **{dtype_kw: dtype}
-        )
+        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **{dtype_kw: dtype})
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -135,14 +133,10 @@ def response_log_probs(
     return torch.log_softmax(logits, dim=-1).gather(-1, mb.labels.unsqueeze(-1)).squeeze(-1)
 
 
-def policy_loss(
-    log_probs: torch.Tensor, mb: MicroBatchTensors, advantages: torch.Tensor
-) -> torch.Tensor:
+def policy_loss(log_probs: torch.Tensor, mb: MicroBatchTensors, advantages: torch.Tensor) -> torch.Tensor:
     """PPO's clipped surrogate on the response tokens (old log-probs = detached current)."""
     ratio = torch.exp(log_probs - log_probs.detach())
-    surrogate = torch.maximum(
-        -advantages * ratio, -advantages * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP)
-    )
+    surrogate = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP))
     return (surrogate * mb.response_mask).sum() / mb.response_mask.sum().clamp(min=1.0)
 
 

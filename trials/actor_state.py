@@ -153,9 +153,7 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
             shard(ref, world, compute, cpu_offload=on_cuda)
         elif on_cuda:
             _to_cpu(ref)
-    model = actor.build_causal_lm(
-        spec.model_config, torch.float32, device, t.enable_gradient_checkpointing
-    )
+    model = actor.build_causal_lm(spec.model_config, torch.float32, device, t.enable_gradient_checkpointing)
     units = shard(model, world, compute, cpu_offload=False) if world is not None else 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
     allocate_optimizer_state(model, optimizer)
@@ -195,9 +193,7 @@ def create_workspaces(device: torch.device, compute: torch.dtype) -> None:
     torch.cuda.synchronize(device)
 
 
-def shard(
-    model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool
-) -> int:
+def shard(model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool) -> int:
     """``fully_shard`` each decoder layer, then the root; the number of FSDP units."""
     from torch.distributed.fsdp import (
         CPUOffloadPolicy,

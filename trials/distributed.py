@@ -128,8 +128,9 @@ def _init_peers(device: str, rank: int, size: int, port: int) -> ActorWorld:
     if local.type == "cuda":
         torch.cuda.set_device(local)
         kwargs["device_id"] = local
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=size, **kwargs)
+    dist.init_process_group(
+        backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size, **kwargs
+    )
     return _world(device, backend, rank, size)
 
 
@@ -144,10 +145,6 @@ def _init_fake(device: str, n_ranks: int) -> ActorWorld:
 def _world(device: str, backend: str, rank: int, world_size: int) -> ActorWorld:
     from torch.distributed.device_mesh import init_device_mesh
 
-    local = (
-        torch.device("cuda", torch.cuda.current_device())
-        if device == "cuda"
-        else torch.device("cpu")
-    )
+    local = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
     mesh = init_device_mesh(local.type, (world_size,))
     return ActorWorld(backend=backend, rank=rank, world_size=world_size, device=local, mesh=mesh)

@@ -116,8 +116,7 @@ KV_EXHAUSTION_PATTERNS: tuple[str, ...] = (
 # Case matters where NCCL spells its error codes in camel case (``ncclSystemError``).
 _CASE_SENSITIVE = {r"\bnccl[A-Z]\w*Error\b", r"\bXid\b"}
 _COMPILED = tuple(
-    (re.compile(r.pattern, 0 if r.pattern in _CASE_SENSITIVE else re.IGNORECASE), r)
-    for r in PATTERNS
+    (re.compile(r.pattern, 0 if r.pattern in _CASE_SENSITIVE else re.IGNORECASE), r) for r in PATTERNS
 )
 _WRAPPERS = tuple(re.compile(p, re.IGNORECASE) for p in WRAPPER_PATTERNS)
 _KV_EXHAUSTION = tuple(re.compile(p) for p in KV_EXHAUSTION_PATTERNS)

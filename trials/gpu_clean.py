@@ -33,8 +33,7 @@ def unclean_message(readings: Sequence[GpuReading], threshold_gib: float) -> str
     parts = []
     for r in dirty:
         holders = ", ".join(
-            f"pid {p.pid} ({p.name}"
-            + (f", {p.used_gib:.2f} GiB)" if p.used_gib is not None else ")")
+            f"pid {p.pid} ({p.name}" + (f", {p.used_gib:.2f} GiB)" if p.used_gib is not None else ")")
             for p in r.processes
         )
         parts.append(

@@ -62,8 +62,7 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 ENGINE_PROBE_TIMEOUT_S = 60.0
 _NOT_FOUND = 3
 _FIND_PACKAGE = (
-    "import importlib.util, sys; "
-    f"sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else {_NOT_FOUND})"
+    f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec(sys.argv[1]) else {_NOT_FOUND})"
 )
 
 
@@ -114,7 +113,10 @@ def _launch(
         missing = engine_importable(spec.rollout.engine, python, extra_env, cwd=workdir)
         if missing is not None:  # every trial of this environment would fail alike: nothing ran
             return TrialResult(
-                spec.trial_id, "error", phase="startup", error_type="TrialLaunchError",
+                spec.trial_id,
+                "error",
+                phase="startup",
+                error_type="TrialLaunchError",
                 error_message=f"{missing}; {engine_fix(spec.rollout.engine)}",
             )
     oom_kills_before = _cgroup_oom_kills()
@@ -132,7 +134,10 @@ def _launch(
             )
         except OSError as exc:  # e.g. the engine's Python is missing: nothing ran
             return TrialResult(
-                spec.trial_id, "error", phase="startup", error_type="TrialLaunchError",
+                spec.trial_id,
+                "error",
+                phase="startup",
+                error_type="TrialLaunchError",
                 error_message=f"cannot start the trial with {python!r}: {exc}; check "
                 "AUTOTUNER_TRIAL_PYTHON (or AUTOTUNER_ENGINE_PYTHON__<ENGINE>)",
             )
@@ -161,9 +166,7 @@ def _launch(
         result.status = "oom" if oom_killed or said_memory else "error"
         named = death_note.error_type if death_note is not None and not oom_killed else None
         result.error_type = named or "TrialProcessDied"
-        result.error_message = (
-            f"the trial process {exit_text(proc.returncode)} without writing a result"
-        )
+        result.error_message = f"the trial process {exit_text(proc.returncode)} without writing a result"
     if result.status != "ok" and not result.log_tail:
         result.log_tail = log_tail
     result.timing_lines = timing_lines(log_path)
@@ -177,7 +180,9 @@ def _launch(
 
 
 def engine_importable(
-    engine: str, python: str = sys.executable, env: dict[str, str] | None = None,
+    engine: str,
+    python: str = sys.executable,
+    env: dict[str, str] | None = None,
     cwd: str | Path | None = None,
 ) -> str | None:
     """What is wrong when ``python``, in the environment a trial gets (``env`` added to
@@ -189,8 +194,13 @@ def engine_importable(
     child_env = _child_env(env or {})
     try:
         probe = subprocess.run(
-            [python, "-c", _FIND_PACKAGE, engine], env=child_env, cwd=cwd, stdin=subprocess.DEVNULL,
-            capture_output=True, text=True, timeout=ENGINE_PROBE_TIMEOUT_S,
+            [python, "-c", _FIND_PACKAGE, engine],
+            env=child_env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=ENGINE_PROBE_TIMEOUT_S,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"cannot run the trials' Python {python!r}: {exc}"
@@ -203,11 +213,13 @@ def engine_importable(
 def engine_fix(engine: str) -> str:
     """How to give the trials of ``engine`` an environment that has it."""
     name = engine.upper()
-    return (f"install {engine} for that Python, or point the trials of {engine} jobs at an "
-            f"environment that has it: AUTOTUNER_ENGINE_PYTHON__{name}=/path/to/venv/bin/python "
-            f"(its interpreter) and/or AUTOTUNER_ENGINE_PYTHONPATH__{name}=/path/to/site (a folder "
-            f"its wheels were installed into with pip --target); AUTOTUNER_TRIAL_PYTHON sets the "
-            "Python of every engine")
+    return (
+        f"install {engine} for that Python, or point the trials of {engine} jobs at an "
+        f"environment that has it: AUTOTUNER_ENGINE_PYTHON__{name}=/path/to/venv/bin/python "
+        f"(its interpreter) and/or AUTOTUNER_ENGINE_PYTHONPATH__{name}=/path/to/site (a folder "
+        f"its wheels were installed into with pip --target); AUTOTUNER_TRIAL_PYTHON sets the "
+        "Python of every engine"
+    )
 
 
 def _record_gpu_memory_after(result: TrialResult, visible: str | None, clean_gib: float) -> None:
@@ -281,8 +293,7 @@ def proc_stats() -> Iterator[tuple[int, list[str]]]:
 
 def session_processes(sid: int) -> list[int]:
     """Live (non-zombie) processes in session ``sid``, from /proc."""
-    return [pid for pid, fields in proc_stats()
-            if int(fields[3]) == sid and fields[0] not in ("Z", "X")]
+    return [pid for pid, fields in proc_stats() if int(fields[3]) == sid and fields[0] not in ("Z", "X")]
 
 
 def _signal_session(sid: int, sig: signal.Signals) -> None:

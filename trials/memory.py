@@ -134,9 +134,7 @@ def visible_gpu_tokens(pynvml, visible: str | None = None) -> list[str]:  # type
 class PeakMemorySampler:
     """Samples memory while a phase runs (see the module docstring for what is counted)."""
 
-    def __init__(
-        self, device: str, interval_s: float = 0.05, baseline_bytes: int | None = None
-    ) -> None:
+    def __init__(self, device: str, interval_s: float = 0.05, baseline_bytes: int | None = None) -> None:
         self.device = device
         self.interval_s = interval_s
         self.baseline_gib = 0.0

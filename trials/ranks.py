@@ -59,8 +59,7 @@ log = logging.getLogger(__name__)
 ABORT = "abort.json"
 # Rollout metrics that add up over the trial's replicas; every other metric and phase
 # time is the largest over the ranks (peaks, seconds), except the rates recomputed here.
-SUMMED = ("rollout_requests", "rollout_prompt_tokens", "rollout_generated_tokens",
-          "rollout_preemptions")
+SUMMED = ("rollout_requests", "rollout_prompt_tokens", "rollout_generated_tokens", "rollout_preemptions")
 SMALLEST = ("kv_cache_tokens",)  # per replica: the tightest one
 # The train side of a step: every rank trains an equal share, so the slowest rank's time
 # over the fastest's (``train_rank_imbalance``) flags a rank slowed by something else.
@@ -115,19 +114,27 @@ class RankGroup:
     def check(self) -> None:
         note = read_abort(self.directory)
         if note is not None and note.get("rank") != self.rank:
-            raise PeerFailed(f"rank {note.get('rank')} failed: {note.get('error_type')}: "
-                             f"{note.get('error_message', '')}"[:2000])
+            raise PeerFailed(
+                f"rank {note.get('rank')} failed: {note.get('error_type')}: {note.get('error_message', '')}"[
+                    :2000
+                ]
+            )
 
     def abort(self, exc: BaseException, log_text: str = "") -> None:
         """Tell the other ranks (and the coordinator) this rank failed; the first note wins."""
         if isinstance(exc, PeerFailed):
             return
         failure = failures.classify_failure(exc, log_text)
-        write_abort(self.directory, {
-            "rank": self.rank, "status": failure.status, "phase": phase_of(exc),
-            "error_type": failure.error_type or type(exc).__name__,
-            "error_message": str(exc)[:4000],
-        })
+        write_abort(
+            self.directory,
+            {
+                "rank": self.rank,
+                "status": failure.status,
+                "phase": phase_of(exc),
+                "error_type": failure.error_type or type(exc).__name__,
+                "error_message": str(exc)[:4000],
+            },
+        )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -165,9 +172,7 @@ def check_ranks_spec(spec: TrialSpec) -> None:
     if g > spec.n_gpus:
         raise InvalidTrialSpec(f"trial_gpus ({g}) cannot exceed the world's n_gpus ({spec.n_gpus})")
     if "rollout" in spec.phases and len(spec.prompt_lengths) % (g // tp):
-        raise InvalidTrialSpec(
-            f"{len(spec.prompt_lengths)} requests do not split over {g // tp} replicas"
-        )
+        raise InvalidTrialSpec(f"{len(spec.prompt_lengths)} requests do not split over {g // tp} replicas")
     if "train" in spec.phases and len(spec.train_prompt_lengths) % g:
         raise InvalidTrialSpec(
             f"{len(spec.train_prompt_lengths)} train sequences do not split over {g} ranks"
@@ -189,10 +194,10 @@ def rank_spec(spec: TrialSpec, rank: int) -> TrialSpec:
     return dataclasses.replace(
         spec,
         trial_gpus=1,
-        prompt_lengths=spec.prompt_lengths[k * per_replica:(k + 1) * per_replica],
-        response_lengths=spec.response_lengths[k * per_replica:(k + 1) * per_replica],
-        train_prompt_lengths=spec.train_prompt_lengths[rank * per_rank:(rank + 1) * per_rank],
-        train_response_lengths=spec.train_response_lengths[rank * per_rank:(rank + 1) * per_rank],
+        prompt_lengths=spec.prompt_lengths[k * per_replica : (k + 1) * per_replica],
+        response_lengths=spec.response_lengths[k * per_replica : (k + 1) * per_replica],
+        train_prompt_lengths=spec.train_prompt_lengths[rank * per_rank : (rank + 1) * per_rank],
+        train_response_lengths=spec.train_response_lengths[rank * per_rank : (rank + 1) * per_rank],
     )
 
 
@@ -215,8 +220,9 @@ def run_ranks(
         check_ranks_spec(spec)
         visible = _trial_gpus(spec)
     except TrialError as exc:
-        return TrialResult(spec.trial_id, "error", phase="startup",
-                           error_type=type(exc).__name__, error_message=str(exc))
+        return TrialResult(
+            spec.trial_id, "error", phase="startup", error_type=type(exc).__name__, error_message=str(exc)
+        )
     workdir = Path(tempfile.mkdtemp(prefix="ranks-", dir=os.getcwd()))
     (workdir / "spec.json").write_text(spec.to_json())
     port = None
@@ -226,16 +232,25 @@ def run_ranks(
         port = free_port()
     procs = []
     for r in range(spec.trial_gpus):
-        group = RankGroup(r, spec.trial_gpus, spec.rollout.tensor_model_parallel_size,
-                          str(workdir), port)
+        group = RankGroup(r, spec.trial_gpus, spec.rollout.tensor_model_parallel_size, str(workdir), port)
         (workdir / f"group{r}.json").write_text(group.to_json())
         env = dict(os.environ)
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = rotated_gpus(visible, r)
-        cmd = [python, "-m", "trials", "rank", "--spec", str(workdir / "spec.json"),
-               "--group", str(workdir / f"group{r}.json"),
-               "--out", str(workdir / f"result{r}.json"),
-               "--progress", str(workdir / f"progress{r}.json")]
+        cmd = [
+            python,
+            "-m",
+            "trials",
+            "rank",
+            "--spec",
+            str(workdir / "spec.json"),
+            "--group",
+            str(workdir / f"group{r}.json"),
+            "--out",
+            str(workdir / f"result{r}.json"),
+            "--progress",
+            str(workdir / f"progress{r}.json"),
+        ]
         procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=env))
     codes = _wait(procs, workdir, spec.rank_grace_s, on_progress)
     results = [_rank_result(spec, workdir, r, codes[r]) for r in range(spec.trial_gpus)]
@@ -254,14 +269,17 @@ def _trial_gpus(spec: TrialSpec) -> list[str] | None:
     visible = [t.strip() for t in raw.split(",") if t.strip()]
     if len(visible) < spec.trial_gpus:
         raise InvalidTrialSpec(
-            f"the trial needs {spec.trial_gpus} GPUs but CUDA_VISIBLE_DEVICES={raw!r} "
-            f"gives it {len(visible)}"
+            f"the trial needs {spec.trial_gpus} GPUs but CUDA_VISIBLE_DEVICES={raw!r} gives it {len(visible)}"
         )
     return visible[: spec.trial_gpus]
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], workdir: Path, grace_s: float,
-          on_progress: Callable[[TrialResult], None] | None) -> list[int | None]:
+def _wait(
+    procs: list[subprocess.Popen[bytes]],
+    workdir: Path,
+    grace_s: float,
+    on_progress: Callable[[TrialResult], None] | None,
+) -> list[int | None]:
     """Wait for every rank; after a failure, ``grace_s`` for the rest, then kill them."""
     failed_at: float | None = None
     seen_progress = ""
@@ -293,20 +311,30 @@ def _abort_if_failed(workdir: Path, rank: int, code: int) -> None:
         with contextlib.suppress(ValueError, TypeError):
             result = TrialResult.from_json(path.read_text())
     if result is None:
-        write_abort(str(workdir), {
-            "rank": rank, "status": "error", "phase": _progress_phase(workdir, rank),
-            "error_type": "TrialProcessDied",
-            "error_message": f"rank {rank}'s process {failures.exit_text(code)} without a result",
-        })
+        write_abort(
+            str(workdir),
+            {
+                "rank": rank,
+                "status": "error",
+                "phase": _progress_phase(workdir, rank),
+                "error_type": "TrialProcessDied",
+                "error_message": f"rank {rank}'s process {failures.exit_text(code)} without a result",
+            },
+        )
     elif result.status != "ok":
-        write_abort(str(workdir), {
-            "rank": rank, "status": result.status, "phase": result.phase,
-            "error_type": result.error_type, "error_message": result.error_message,
-        })
+        write_abort(
+            str(workdir),
+            {
+                "rank": rank,
+                "status": result.status,
+                "phase": result.phase,
+                "error_type": result.error_type,
+                "error_message": result.error_message,
+            },
+        )
 
 
-def _forward_progress(workdir: Path, seen: str,
-                      on_progress: Callable[[TrialResult], None] | None) -> str:
+def _forward_progress(workdir: Path, seen: str, on_progress: Callable[[TrialResult], None] | None) -> str:
     """Rank 0's progress (a leader: it passes through every phase) is the trial's."""
     try:
         text = (workdir / "progress0.json").read_text()
@@ -340,16 +368,19 @@ def _rank_result(spec: TrialSpec, workdir: Path, rank: int, code: int | None) ->
     if path.exists():
         with contextlib.suppress(ValueError, TypeError):
             return TrialResult.from_json(path.read_text())
-    return TrialResult(spec.trial_id, "error", phase=_progress_phase(workdir, rank),
-                       error_type="TrialProcessDied",
-                       error_message=f"rank {rank}'s process {failures.exit_text(code)} without a result")
+    return TrialResult(
+        spec.trial_id,
+        "error",
+        phase=_progress_phase(workdir, rank),
+        error_type="TrialProcessDied",
+        error_message=f"rank {rank}'s process {failures.exit_text(code)} without a result",
+    )
 
 
 # ---------------------------------------------------------------------- merge
 
 
-def merge(spec: TrialSpec, results: list[TrialResult],
-          abort: dict[str, object] | None = None) -> TrialResult:
+def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] | None = None) -> TrialResult:
     """One trial's result from its ranks' (see the module docstring)."""
     first = results[0]
     merged = TrialResult(spec.trial_id, "ok", device=first.device, hostname=first.hostname)
@@ -369,9 +400,11 @@ def merge(spec: TrialSpec, results: list[TrialResult],
         generated = metrics.get("rollout_generated_tokens", 0.0)
         metrics["rollout_generated_tokens_per_s"] = generated / makespan
         metrics["rollout_total_tokens_per_s"] = (
-            generated + metrics.get("rollout_prompt_tokens", 0.0)) / makespan
-    train_s = [sum(res.phase_timings_s.get(p, 0.0) for p in TRAIN_PHASES) for res in results
-               if res.status == "ok"]
+            generated + metrics.get("rollout_prompt_tokens", 0.0)
+        ) / makespan
+    train_s = [
+        sum(res.phase_timings_s.get(p, 0.0) for p in TRAIN_PHASES) for res in results if res.status == "ok"
+    ]
     if len(train_s) > 1 and min(train_s) > 0:  # the ranks do equal work: ~1 unless one lags
         metrics["train_rank_imbalance"] = max(train_s) / min(train_s)
     metrics["trial_ranks"] = float(spec.trial_gpus)
@@ -400,8 +433,9 @@ def merge(spec: TrialSpec, results: list[TrialResult],
     return merged
 
 
-def _culprit(failed: dict[int, TrialResult], abort: dict[str, object] | None
-             ) -> tuple[int | None, TrialResult | None]:
+def _culprit(
+    failed: dict[int, TrialResult], abort: dict[str, object] | None
+) -> tuple[int | None, TrialResult | None]:
     """The rank whose failure is the trial's: the abort note's, else the first real one."""
     if abort is not None:
         rank = abort.get("rank")

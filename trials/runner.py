@@ -79,8 +79,15 @@ log = logging.getLogger(__name__)
 KNOWN_PHASES = ("rollout", "train")
 # What a trial reusing another's rollout takes over from it: the engine's metrics (a
 # prefix match) and its parts of the step.
-ADOPTED = ("rollout_", "kv_cache_tokens", "engine_sleep_s", "engine_wake_s",
-           "engine_asleep_gib", "wake_peak_memory_gib", "actor_wake_reload_s")
+ADOPTED = (
+    "rollout_",
+    "kv_cache_tokens",
+    "engine_sleep_s",
+    "engine_wake_s",
+    "engine_asleep_gib",
+    "wake_peak_memory_gib",
+    "actor_wake_reload_s",
+)
 LOG_TAIL_CHARS = 12_000
 
 
@@ -131,9 +138,7 @@ def _record_failure(result: TrialResult, exc: BaseException, log_text: str, trac
 def check_spec(spec: TrialSpec) -> None:
     unknown = [p for p in spec.phases if p not in KNOWN_PHASES]
     if unknown or not spec.phases:
-        raise InvalidTrialSpec(
-            f"phases must be a non-empty list of {KNOWN_PHASES}, got {spec.phases}"
-        )
+        raise InvalidTrialSpec(f"phases must be a non-empty list of {KNOWN_PHASES}, got {spec.phases}")
     if spec.device not in ("cuda", "cpu"):
         raise InvalidTrialSpec(f"device must be 'cuda' or 'cpu', got {spec.device!r}")
     if "rollout" in spec.phases:
@@ -219,9 +224,7 @@ class _Trial:
                 if spec.actor_fsdp:
                     from trials.distributed import actor_world
 
-                    self.world = stack.enter_context(
-                        actor_world(spec.device, spec.n_gpus, self.group)
-                    )
+                    self.world = stack.enter_context(actor_world(spec.device, spec.n_gpus, self.group))
         if spec.device == "cpu":
             self.baseline_bytes = process_tree_rss_bytes()
 
@@ -294,9 +297,7 @@ class _Trial:
         capacity = emulated_capacity_gib(spec, physical)
         if capacity is None:
             return  # the engine measures the real device itself
-        check_engine_fits(
-            spec.device, capacity, self.device_used_gib(), spec.rollout.gpu_memory_utilization
-        )
+        check_engine_fits(spec.device, capacity, self.device_used_gib(), spec.rollout.gpu_memory_utilization)
 
     def device_used_gib(self) -> float:
         """What the device holds before the engine starts: the actor (CPU), NVML (CUDA)."""
@@ -352,8 +353,9 @@ class _Trial:
         """Take over the rollout side another trial measured (``reused_rollout``)."""
         reuse = self.reuse or {}
         donor = reuse.get("metrics", {})
-        self.metrics.update({k: float(v) for k, v in donor.items()
-                             if k.startswith(ADOPTED) and not k.endswith("_at_s")})
+        self.metrics.update(
+            {k: float(v) for k, v in donor.items() if k.startswith(ADOPTED) and not k.endswith("_at_s")}
+        )
         self.metrics["rollout_reused_from_trial"] = float(reuse.get("trial", -1))
         for part in ("engine_wake", "rollout", "engine_sleep"):
             if part in reuse.get("timings", {}):
@@ -369,8 +371,11 @@ class _Trial:
             import torch
 
             with in_phase("engine_sleep"):
-                self.held = torch.empty(int(asleep * (1 << 30)), dtype=torch.uint8,
-                                        device=self.actor.device if self.actor else "cuda")
+                self.held = torch.empty(
+                    int(asleep * (1 << 30)),
+                    dtype=torch.uint8,
+                    device=self.actor.device if self.actor else "cuda",
+                )
 
     # 4. train
     def train_phase(self, engine_resident: bool) -> None:
@@ -462,4 +467,3 @@ class _Trial:
             self.metrics[key] = max(sampler.peak_gib, self.metrics.get(key, 0.0))
             self.peaks.append(sampler.peak_gib)
             self.metrics["peak_memory_gib"] = max(self.peaks)
-

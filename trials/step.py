@@ -51,9 +51,7 @@ def step_components(
     return {k: parts[k] for k in STEP_COMPONENTS if k in parts}
 
 
-def step_metrics(
-    spec: TrialSpec, metrics: dict[str, float], timings: dict[str, float]
-) -> dict[str, float]:
+def step_metrics(spec: TrialSpec, metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
     """``step_time_s``, ``step_tokens`` and ``throughput_tokens_per_s_per_gpu`` (empty when
     no phase completed)."""
     parts = step_components(spec, metrics, timings)

@@ -76,9 +76,7 @@ def check_train_spec(spec: TrialSpec) -> None:
         raise InvalidTrialSpec(f"n_gpus must be >= 1, got {spec.n_gpus}")
     train_plans(spec)  # a knob verl would reject fails here, before any engine starts
     if spec.max_timed_micro_batches < 1:
-        raise InvalidTrialSpec(
-            f"max_timed_micro_batches must be >= 1, got {spec.max_timed_micro_batches}"
-        )
+        raise InvalidTrialSpec(f"max_timed_micro_batches must be >= 1, got {spec.max_timed_micro_batches}")
 
 
 def train_plans(
@@ -139,16 +137,19 @@ def synced_plans(spec: TrialSpec, state: ActorState) -> dict[str, list[MicroBatc
     world = state.world
     if not spec.train.use_dynamic_bsz or world is None or world.fake or world.world_size == 1:
         return plans
-    counts = {"old_log_prob": [len(plans["old_log_prob"])],
-              "update_actor": _per_mini_batch(plans["update_actor"])}
+    counts = {
+        "old_log_prob": [len(plans["old_log_prob"])],
+        "update_actor": _per_mini_batch(plans["update_actor"]),
+    }
     if "ref_log_prob" in plans:
         counts["ref_log_prob"] = [len(plans["ref_log_prob"])]
-    flat = torch.tensor([c for name in sorted(counts) for c in counts[name]], dtype=torch.int64,
-                        device=world.device)
+    flat = torch.tensor(
+        [c for name in sorted(counts) for c in counts[name]], dtype=torch.int64, device=world.device
+    )
     torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.MAX)
     synced, values = {}, flat.tolist()
     for name in sorted(counts):
-        synced[name], values = values[: len(counts[name])], values[len(counts[name]):]
+        synced[name], values = values[: len(counts[name])], values[len(counts[name]) :]
     return train_plans(spec, synced) if synced != counts else plans
 
 
@@ -310,14 +311,10 @@ def run_train(
     metrics["actor_reload_s"] = timings["actor_reload"]
 
 
-def _record(
-    name: str, seconds: float, metrics: dict[str, float], timings: dict[str, float]
-) -> None:
+def _record(name: str, seconds: float, metrics: dict[str, float], timings: dict[str, float]) -> None:
     timings[name] = seconds
     metrics[f"{name}_tokens_per_s"] = metrics["train_tokens"] / seconds
-    log.info(
-        "%s: %.3f s for the batch (%.0f tokens/s)", name, seconds, metrics[f"{name}_tokens_per_s"]
-    )
+    log.info("%s: %.3f s for the batch (%.0f tokens/s)", name, seconds, metrics[f"{name}_tokens_per_s"])
 
 
 def _timed(setup: _Setup, fn: Callable[[], object]) -> float:
@@ -347,9 +344,7 @@ def _forward_phase(setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch]
     return sum(setup.lengths) / rate
 
 
-def _measure_rate(
-    setup: _Setup, plan: list[MicroBatch], step: Callable[[MicroBatch], None]
-) -> float:
+def _measure_rate(setup: _Setup, plan: list[MicroBatch], step: Callable[[MicroBatch], None]) -> float:
     """Real tokens per second over the evenly spaced timed micro-batches."""
     tokens, seconds = 0, 0.0
     for k in evenly_spaced(len(plan), setup.spec.max_timed_micro_batches):
@@ -367,9 +362,7 @@ def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroB
         tensors = setup.tensors(mb)
         advantages = torch.randn(tensors.labels.shape, generator=generator).to(setup.device)
         log_probs = actor.response_log_probs(model, tensors, setup.autocast)
-        loss = actor.policy_loss(log_probs, tensors, advantages) * (
-            len(mb.indices) / mini_batch_size
-        )
+        loss = actor.policy_loss(log_probs, tensors, advantages) * (len(mb.indices) / mini_batch_size)
         loss.backward()
 
     return forward_backward

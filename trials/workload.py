@@ -32,9 +32,7 @@ def token_id_range(model_config: dict[str, Any]) -> tuple[int, int]:
     return low, high
 
 
-def random_sequences(
-    model_config: dict[str, Any], lengths: list[int], seed: int
-) -> list[np.ndarray]:
+def random_sequences(model_config: dict[str, Any], lengths: list[int], seed: int) -> list[np.ndarray]:
     """One array of ``lengths[i]`` random token ids per entry (int64)."""
     low, high = token_id_range(model_config)
     rng = np.random.default_rng(seed)

@@ -51,12 +51,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     with _signal_handlers_kept():
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
     service = JobService(ctx)
-    runner = JobRunner(ctx, settings.runner_concurrency,
-                       orphan_check_s=max(1.0, settings.orphan_after_s / 2))
+    runner = JobRunner(ctx, settings.runner_concurrency, orphan_check_s=max(1.0, settings.orphan_after_s / 2))
     app.state.service, app.state.runner = service, runner
     runner.start()
-    log.info("autotuner API ready: database %s, %d job(s) at once", ctx.database.masked_url,
-             settings.runner_concurrency)
+    log.info(
+        "autotuner API ready: database %s, %d job(s) at once",
+        ctx.database.masked_url,
+        settings.runner_concurrency,
+    )
     try:
         yield
     finally:
@@ -86,9 +88,15 @@ def _signal_handlers_kept() -> Iterator[None]:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The service for ``settings`` (default: the environment's). Nothing starts until the
     app's lifespan runs (uvicorn, or ``fastapi.testclient.TestClient`` as a context)."""
-    app = FastAPIOffline(title="autotuner", version=__version__, description=DESCRIPTION,
-                         lifespan=_lifespan, docs_url="/docs", redoc_url="/redoc",
-                         static_url="/docs-static")
+    app = FastAPIOffline(
+        title="autotuner",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=_lifespan,
+        docs_url="/docs",
+        redoc_url="/redoc",
+        static_url="/docs-static",
+    )
     app.state.settings = settings or get_settings()
     app.add_middleware(BodySizeLimit, max_bytes=app.state.settings.max_request_bytes)
     errors.install(app)
@@ -102,8 +110,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 def _openapi(app: FastAPI) -> dict[str, Any]:
     """FastAPI's schema, plus JobCreate: POST /v1/jobs reads its body itself (JSON or YAML)."""
     if app.openapi_schema is None:
-        schema = get_openapi(title=app.title, version=app.version, description=app.description,
-                             routes=app.routes)
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=app.routes
+        )
         job_create = JobCreate.model_json_schema(ref_template="#/components/schemas/{model}")
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, definition in job_create.pop("$defs", {}).items():

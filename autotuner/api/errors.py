@@ -37,8 +37,7 @@ class ApiError(AutotunerError):
 
     status_code = 400
 
-    def __init__(self, message: str, field: str | None = None,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.message, self.field, self.headers = message, field, headers
 
@@ -83,8 +82,9 @@ class InvalidInputError(AutotunerError):
         items = []
         for err in exc.errors(include_url=False, include_input=False, include_context=False):
             loc = [p for p in err["loc"] if not str(p).startswith("function-")]
-            items.append({"loc": [*prefix, *loc], "msg": err["msg"].removeprefix("Value error, "),
-                          "type": err["type"]})
+            items.append(
+                {"loc": [*prefix, *loc], "msg": err["msg"].removeprefix("Value error, "), "type": err["type"]}
+            )
         return cls(items)
 
 
@@ -96,13 +96,16 @@ class ErrorPublic(BaseModel):
 
 
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description,
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorPublic"}}}}
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorPublic"}}},
+    }
 
 
-_VALIDATION = {"description": "Invalid input: each item names the field (loc) and why",
-               "content": {"application/json": {
-                   "schema": {"$ref": "#/components/schemas/HTTPValidationError"}}}}
+_VALIDATION = {
+    "description": "Invalid input: each item names the field (loc) and why",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/HTTPValidationError"}}},
+}
 
 
 def document(schema: dict[str, Any]) -> None:
@@ -144,7 +147,7 @@ def spec_error_loc(error: SpecError, search_keys: list[str]) -> Loc:
         rest = field.removeprefix("search.")
         for key in sorted(search_keys, key=len, reverse=True):
             if rest == key or rest.startswith(key + "."):
-                tail = rest[len(key) + 1:]
+                tail = rest[len(key) + 1 :]
                 return ["body", "search", key, *([tail] if tail else [])]
     return ["body", *field.split(".")]
 
@@ -154,8 +157,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        items = [{"loc": list(e["loc"]), "msg": e["msg"].removeprefix("Value error, "),
-                  "type": e["type"]} for e in exc.errors()]
+        items = [
+            {"loc": list(e["loc"]), "msg": e["msg"].removeprefix("Value error, "), "type": e["type"]}
+            for e in exc.errors()
+        ]
         return JSONResponse(_body(items), status_code=422)
 
     @app.exception_handler(InvalidInputError)
@@ -164,8 +169,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ApiError)
     async def _api(request: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse(_body(exc.message, exc.field), status_code=exc.status_code,
-                            headers=exc.headers)
+        return JSONResponse(_body(exc.message, exc.field), status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(JobNotFoundError)
     async def _job_not_found(request: Request, exc: JobNotFoundError) -> JSONResponse:
@@ -187,12 +191,16 @@ def install(app: FastAPI) -> None:
     async def _storage(request: Request, exc: StorageError) -> JSONResponse:
         if not isinstance(exc, (DatabaseUnavailableError, SchemaNotReadyError)):
             log.error("storage error on %s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse(_body(f"storage unavailable: {exc}"), status_code=503,
-                            headers={"Retry-After": "5"})
+        return JSONResponse(
+            _body(f"storage unavailable: {exc}"), status_code=503, headers={"Retry-After": "5"}
+        )
 
     @app.exception_handler(sa_exc.OperationalError)
     async def _driver(request: Request, exc: sa_exc.OperationalError) -> JSONResponse:
         # Optuna's storage (the trials) talks to the database without our error mapping.
         log.error("database error on %s %s: %s", request.method, request.url.path, exc.orig)
-        return JSONResponse(_body(f"storage unavailable: {type(exc.orig).__name__}: {exc.orig}"),
-                            status_code=503, headers={"Retry-After": "5"})
+        return JSONResponse(
+            _body(f"storage unavailable: {type(exc.orig).__name__}: {exc.orig}"),
+            status_code=503,
+            headers={"Retry-After": "5"},
+        )

@@ -26,8 +26,7 @@ class BodySizeLimit:
         declared = _header(scope, b"content-length")
         if declared is not None:
             if not declared.isdigit():
-                await _reply(send, 400, f"Content-Length {declared!r} is not a byte count",
-                             "Content-Length")
+                await _reply(send, 400, f"Content-Length {declared!r} is not a byte count", "Content-Length")
                 return
             if int(declared) > self.max_bytes:
                 await self._too_large(send, int(declared))
@@ -60,8 +59,13 @@ class BodySizeLimit:
 
     async def _too_large(self, send: Send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else "more than that"
-        await _reply(send, 413, f"request body too large: {size}; the limit is {self.max_bytes} "
-                     "bytes (AUTOTUNER_MAX_REQUEST_BYTES)", "body")
+        await _reply(
+            send,
+            413,
+            f"request body too large: {size}; the limit is {self.max_bytes} "
+            "bytes (AUTOTUNER_MAX_REQUEST_BYTES)",
+            "body",
+        )
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -74,8 +78,15 @@ def _header(scope: Scope, name: bytes) -> str | None:
 async def _reply(send: Send, status: int, detail: str, field: str) -> None:
     payload: dict[str, Any] = {"detail": detail, "field": field}
     body = json.dumps(payload).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})

@@ -20,8 +20,20 @@ from storage import JobRecord, JobStatus
 
 T = TypeVar("T")
 
-TrialStatus = Literal["ok", "oom", "error", "timeout", "invalid", "duplicate", "interrupted",
-                      "running", "queued", "infra_error", "predicted_oom", "inferred_oom"]
+TrialStatus = Literal[
+    "ok",
+    "oom",
+    "error",
+    "timeout",
+    "invalid",
+    "duplicate",
+    "interrupted",
+    "running",
+    "queued",
+    "infra_error",
+    "predicted_oom",
+    "inferred_oom",
+]
 
 
 class JobCreate(JobSpec):
@@ -55,8 +67,7 @@ class RunsPublic(BaseModel):
     def of(cls, runs: Runs | None) -> RunsPublic | None:
         if runs is None or runs.n < 2:
             return None
-        return cls(runs=runs.n, median=runs.median, low=runs.low, high=runs.high,
-                   spread_pct=runs.spread_pct)
+        return cls(runs=runs.n, median=runs.median, low=runs.low, high=runs.high, spread_pct=runs.spread_pct)
 
 
 class BestTrialPublic(BaseModel):
@@ -65,7 +76,8 @@ class BestTrialPublic(BaseModel):
 
     number: int
     throughput_tokens_per_s_per_gpu: float | None = Field(
-        description="Its median throughput when re-measured, else its one measurement.")
+        description="Its median throughput when re-measured, else its one measurement."
+    )
     peak_memory_gib: float | None
     device: str = Field(description="The device the figures come from.")
     runs: RunsPublic | None = Field(default=None, description="Its runs, when re-measured.")
@@ -73,10 +85,13 @@ class BestTrialPublic(BaseModel):
     @classmethod
     def of(cls, best: TrialRecord, runs: Runs | None) -> BestTrialPublic:
         many = runs is not None and runs.n >= 2
-        return cls(number=best.number,
-                   throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
-                   peak_memory_gib=best.metric("peak_memory_gib"), device=best.device,
-                   runs=RunsPublic.of(runs))
+        return cls(
+            number=best.number,
+            throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
+            peak_memory_gib=best.metric("peak_memory_gib"),
+            device=best.device,
+            runs=RunsPublic.of(runs),
+        )
 
 
 class JobPublic(BaseModel):
@@ -98,8 +113,14 @@ class JobPublic(BaseModel):
     spec: dict[str, Any]
 
     @classmethod
-    def of(cls, job: JobRecord, url: str, records: list[TrialRecord],
-           best: TrialRecord | None, now: datetime | None = None) -> JobPublic:
+    def of(
+        cls,
+        job: JobRecord,
+        url: str,
+        records: list[TrialRecord],
+        best: TrialRecord | None,
+        now: datetime | None = None,
+    ) -> JobPublic:
         now = now or datetime.now(timezone.utc)
         done = sum(1 for r in records if r.measured)
         elapsed = None
@@ -109,11 +130,20 @@ class JobPublic(BaseModel):
         if job.status == "running" and elapsed is not None and done:
             eta = elapsed / done * max(job.trials_total - done, 0)
         return cls(
-            id=job.id, name=job.name, status=job.status, url=url,  # type: ignore[arg-type]
-            created_at=job.created_at, started_at=job.started_at, finished_at=job.finished_at,
-            trials_done=done, trials_total=job.trials_total,
-            cancel_requested=job.cancel_requested, stop_reason=job.stop_reason, error=job.error,
-            elapsed_s=elapsed, eta_s=eta,
+            id=job.id,
+            name=job.name,
+            status=job.status,
+            url=url,  # type: ignore[arg-type]
+            created_at=job.created_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            trials_done=done,
+            trials_total=job.trials_total,
+            cancel_requested=job.cancel_requested,
+            stop_reason=job.stop_reason,
+            error=job.error,
+            elapsed_s=elapsed,
+            eta_s=eta,
             best=None if best is None else BestTrialPublic.of(best, runs_of(records).get(best.number)),
             spec=json.loads(job.spec_json),
         )
@@ -121,13 +151,18 @@ class JobPublic(BaseModel):
 
 class TrialPublic(BaseModel):
     number: int
-    status: str = Field(description="ok, oom, error, timeout (measured); invalid, duplicate, "
-                        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
-                        "running.")
+    status: str = Field(
+        description="ok, oom, error, timeout (measured); invalid, duplicate, "
+        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
+        "running."
+    )
     feasible: bool = Field(description="Measured successfully (status ok).")
     measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")
-    skipped: bool = Field(default=False, description="Not run: predicted_oom (the memory model) or "
-                          "inferred_oom (a measured OOM no larger in any memory knob).")
+    skipped: bool = Field(
+        default=False,
+        description="Not run: predicted_oom (the memory model) or "
+        "inferred_oom (a measured OOM no larger in any memory knob).",
+    )
     config: dict[str, Any] = Field(description="The trial's knobs, keyed by verl path.")
     metrics: dict[str, float] = Field(description="Everything the trial measured.")
     phase_timings_s: dict[str, float]
@@ -135,46 +170,83 @@ class TrialPublic(BaseModel):
     error_type: str | None
     error_message: str | None
     device: str
-    hostname: str = Field(default="", description="The host that ran it (\"\": not recorded).")
-    node: str = Field(default="", description="The Ray node that ran it, on a cluster whose "
-                      "nodes may share a host name (\"\": not recorded).")
-    timing_lines: list[str] = Field(default_factory=list, description="The engine's own log "
-                                    "lines timing its start-up, sleep and wake, timestamped.")
+    hostname: str = Field(default="", description='The host that ran it ("": not recorded).')
+    node: str = Field(
+        default="",
+        description="The Ray node that ran it, on a cluster whose "
+        'nodes may share a host name ("": not recorded).',
+    )
+    timing_lines: list[str] = Field(
+        default_factory=list,
+        description="The engine's own log lines timing its start-up, sleep and wake, timestamped.",
+    )
     values: list[float] | None = Field(description="Objective values told to the study.")
     baseline: str | None = Field(description="Set on the trial that runs verl's defaults.")
     duplicate_of: int | None
     wall_s: float
-    repeat_of: int | None = Field(default=None, description="Set on a finalist's re-measurement: "
-                                  "the trial it measures again (not counted against the budget).")
-    retry_of: int | None = Field(default=None, description="Set on the re-run of an interrupted "
-                                 "trial (its tuner stopped while it ran): the trial it runs again.")
-    composed_from: list[int] | None = Field(default=None, description="Run as a phase "
-                                            "composition: [the trial whose rollout side, the "
-                                            "trial whose train side] predicted it fastest.")
-    explores_with: int | None = Field(default=None, description="Run to try a new rollout "
-                                      "setting: the trial whose train side it was paired with.")
-    inferred_from: int | None = Field(default=None, description="inferred_oom: the measured OOM "
-                                      "that rules it out.")
+    repeat_of: int | None = Field(
+        default=None,
+        description="Set on a finalist's re-measurement: "
+        "the trial it measures again (not counted against the budget).",
+    )
+    retry_of: int | None = Field(
+        default=None,
+        description="Set on the re-run of an interrupted "
+        "trial (its tuner stopped while it ran): the trial it runs again.",
+    )
+    composed_from: list[int] | None = Field(
+        default=None,
+        description="Run as a phase "
+        "composition: [the trial whose rollout side, the "
+        "trial whose train side] predicted it fastest.",
+    )
+    explores_with: int | None = Field(
+        default=None,
+        description="Run to try a new rollout setting: the trial whose train side it was paired with.",
+    )
+    inferred_from: int | None = Field(
+        default=None, description="inferred_oom: the measured OOM that rules it out."
+    )
     predicted_memory_gib: dict[str, float] = Field(
-        default_factory=dict, description="The memory model's peak per phase, predicted before "
-        "the trial ran (GiB).")
+        default_factory=dict,
+        description="The memory model's peak per phase, predicted before the trial ran (GiB).",
+    )
     memory_error_gib: dict[str, float] = Field(
-        default_factory=dict, description="Measured minus predicted, per phase measured (GiB).")
-    runs: RunsPublic | None = Field(default=None, description="Its throughput over its runs, "
-                                    "when it was re-measured as a finalist.")
+        default_factory=dict, description="Measured minus predicted, per phase measured (GiB)."
+    )
+    runs: RunsPublic | None = Field(
+        default=None, description="Its throughput over its runs, when it was re-measured as a finalist."
+    )
 
     @classmethod
     def of(cls, r: TrialRecord, runs: Runs | None = None) -> TrialPublic:
         return cls(
-            number=r.number, status=r.status, feasible=r.feasible, measured=r.measured,
+            number=r.number,
+            status=r.status,
+            feasible=r.feasible,
+            measured=r.measured,
             skipped=r.skipped,
-            config=r.config, metrics=r.metrics, phase_timings_s=r.phase_timings_s, phase=r.phase,
-            error_type=r.error_type, error_message=r.error_message, device=r.device,
-            hostname=r.hostname, node=r.node, timing_lines=r.timing_lines,
-            values=r.values, baseline=r.baseline, duplicate_of=r.duplicate_of, wall_s=r.wall_s,
-            repeat_of=r.repeat_of, retry_of=r.retry_of, inferred_from=r.inferred_from,
-            composed_from=r.composed_from, explores_with=r.explores_with,
-            predicted_memory_gib=r.predicted_memory_gib, memory_error_gib=r.memory_error_gib,
+            config=r.config,
+            metrics=r.metrics,
+            phase_timings_s=r.phase_timings_s,
+            phase=r.phase,
+            error_type=r.error_type,
+            error_message=r.error_message,
+            device=r.device,
+            hostname=r.hostname,
+            node=r.node,
+            timing_lines=r.timing_lines,
+            values=r.values,
+            baseline=r.baseline,
+            duplicate_of=r.duplicate_of,
+            wall_s=r.wall_s,
+            repeat_of=r.repeat_of,
+            retry_of=r.retry_of,
+            inferred_from=r.inferred_from,
+            composed_from=r.composed_from,
+            explores_with=r.explores_with,
+            predicted_memory_gib=r.predicted_memory_gib,
+            memory_error_gib=r.memory_error_gib,
             runs=RunsPublic.of(runs),
         )
 
@@ -195,8 +267,13 @@ class ParetoPointPublic(BaseModel):
 
     @classmethod
     def of(cls, r: TrialRecord, metrics: Sequence[str]) -> ParetoPointPublic:
-        return cls(number=r.number, objectives={m: float(r.metrics[m]) for m in metrics},
-                   metrics=r.metrics, config=r.config, device=r.device)
+        return cls(
+            number=r.number,
+            objectives={m: float(r.metrics[m]) for m in metrics},
+            metrics=r.metrics,
+            config=r.config,
+            device=r.device,
+        )
 
 
 class ParetoPublic(Page[ParetoPointPublic]):

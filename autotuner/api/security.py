@@ -24,22 +24,29 @@ def _check(settings: Settings, credentials: HTTPAuthorizationCredentials | None)
     if credentials is None:
         raise UnauthorizedError(
             "missing bearer token: send the header 'Authorization: Bearer <token>' with the "
-            "service's AUTOTUNER_API_TOKEN", field="Authorization", headers=_CHALLENGE)
+            "service's AUTOTUNER_API_TOKEN",
+            field="Authorization",
+            headers=_CHALLENGE,
+        )
     given = credentials.credentials.encode()
     if not hmac.compare_digest(given, settings.api_token.get_secret_value().encode()):
         raise UnauthorizedError(
-            "wrong bearer token: the Authorization header does not carry the service's "
-            "AUTOTUNER_API_TOKEN", field="Authorization", headers=_CHALLENGE)
+            "wrong bearer token: the Authorization header does not carry the service's AUTOTUNER_API_TOKEN",
+            field="Authorization",
+            headers=_CHALLENGE,
+        )
 
 
-def require_write(request: Request,
-                  credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+def require_write(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+) -> None:
     """A write needs the token whenever one is set."""
     _check(request.app.state.settings, credentials)
 
 
-def require_read(request: Request,
-                 credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+def require_read(
+    request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
+) -> None:
     """A read needs the token when the service is reachable from other hosts."""
     settings: Settings = request.app.state.settings
     if not settings.loopback_bind:

@@ -82,37 +82,41 @@ class JobService:
     def delete_job(self, job_id: str) -> None:
         job = self.ctx.store.get(job_id)
         if job.status == "running":
-            raise ConflictError(f"job {job_id} is running: cancel it first (POST "
-                                f"/v1/jobs/{job_id}/cancel), wait until it is cancelled, "
-                                "then delete it")
+            raise ConflictError(
+                f"job {job_id} is running: cancel it first (POST "
+                f"/v1/jobs/{job_id}/cancel), wait until it is cancelled, "
+                "then delete it"
+            )
         self.ctx.store.delete(job_id)
 
     # ------------------------------------------------------------------ trials
 
-    def trials(self, job_id: str, status: str | None, offset: int, limit: int
-               ) -> tuple[list[TrialRecord], int, dict[int, Runs]]:
+    def trials(
+        self, job_id: str, status: str | None, offset: int, limit: int
+    ) -> tuple[list[TrialRecord], int, dict[int, Runs]]:
         """A page of trials, how many match, and the re-measured ones' runs (by number)."""
         every = self.get_job(job_id).records
         recs = every if status is None else [r for r in every if r.status == status]
-        return recs[offset:offset + limit], len(recs), runs_of(every)
+        return recs[offset : offset + limit], len(recs), runs_of(every)
 
     def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord]]:
         view = self.get_job(job_id)
         return view.spec, front(view.spec, view.records)
 
-    def best_trial(self, job_id: str, max_peak_memory_gib: float | None
-                   ) -> tuple[TrialRecord, Runs | None]:
+    def best_trial(self, job_id: str, max_peak_memory_gib: float | None) -> tuple[TrialRecord, Runs | None]:
         """The winner (see ``autotuner.summary``) and its runs."""
         view = self.get_job(job_id)
         chosen = best(view.spec, view.records, max_peak_memory_gib)
         if chosen is None:
-            cap = (f" with peak memory <= {max_peak_memory_gib:g} GiB"
-                   if max_peak_memory_gib is not None else "")
+            cap = (
+                f" with peak memory <= {max_peak_memory_gib:g} GiB" if max_peak_memory_gib is not None else ""
+            )
             raise NotFoundError(
                 f"job {job_id} has no successful trial{cap}"
                 f"{'' if view.job.is_finished else ' yet'} ({view.job.status}, "
                 f"{sum(1 for r in view.records if r.measured)} trials measured)",
-                field="max_peak_memory_gib" if max_peak_memory_gib is not None else None)
+                field="max_peak_memory_gib" if max_peak_memory_gib is not None else None,
+            )
         return chosen, runs_of(view.records).get(chosen.number)
 
     def trial(self, job_id: str, number: int) -> tuple[JobView, TrialRecord]:
@@ -120,42 +124,48 @@ class JobService:
         chosen = next((r for r in view.records if r.number == number), None)
         if chosen is None:
             known = f"0..{len(view.records) - 1}" if view.records else "none yet"
-            raise NotFoundError(f"job {job_id} has no trial {number}; its trials: {known}",
-                                field="number")
+            raise NotFoundError(f"job {job_id} has no trial {number}; its trials: {known}", field="number")
         return view, chosen
 
-    def export_config(self, job_id: str, number: int, fmt: Literal["yaml", "overrides"]
-                      ) -> ConfigFile:
+    def export_config(self, job_id: str, number: int, fmt: Literal["yaml", "overrides"]) -> ConfigFile:
         view, rec = self.trial(job_id, number)
         if not rec.config:
-            raise ConflictError(f"trial {number} has no config (status {rec.status})",
-                                field="number")
-        header: dict[str, Any] = {"job": view.job.name, "job_id": view.job.id,
-                                  "trial": rec.number, "metrics": rec.metrics, "device": rec.device}
+            raise ConflictError(f"trial {number} has no config (status {rec.status})", field="number")
+        header: dict[str, Any] = {
+            "job": view.job.name,
+            "job_id": view.job.id,
+            "trial": rec.number,
+            "metrics": rec.metrics,
+            "device": rec.device,
+        }
         runs = runs_of(view.records).get(rec.number)
         if runs is not None and runs.n >= 2:
             header["throughput"] = runs.describe()
         stem = f"{view.job.name}-trial{rec.number}"
         if fmt == "yaml":
-            return ConfigFile(f"{stem}.yaml", "application/yaml",
-                              to_yaml(rec.config, view.spec, header))
-        return ConfigFile(f"{stem}.overrides", "text/plain",
-                          to_overrides(rec.config, view.spec, header))
+            return ConfigFile(f"{stem}.yaml", "application/yaml", to_yaml(rec.config, view.spec, header))
+        return ConfigFile(f"{stem}.overrides", "text/plain", to_overrides(rec.config, view.spec, header))
 
     # ------------------------------------------------------------------ machine
 
     def hardware(self) -> dict[str, Any]:
         from autotuner.executor import cluster_resources
 
-        out: dict[str, Any] = {"host_gpus": [g.__dict__ for g in hardware.gpus()],
-                               "host_cpu": hardware.describe_cpu(), "ray": None}
+        out: dict[str, Any] = {
+            "host_gpus": [g.__dict__ for g in hardware.gpus()],
+            "host_cpu": hardware.describe_cpu(),
+            "ray": None,
+        }
         try:
             resources = cluster_resources()
         except Exception as exc:  # Ray raises many types when its cluster is gone
             out["ray_error"] = f"{type(exc).__name__}: {exc}"
             return out
-        out["ray"] = {"address": self.ctx.settings.ray_address, "resources": resources,
-                      "gpus": resources.get("GPU", 0.0)}
+        out["ray"] = {
+            "address": self.ctx.settings.ray_address,
+            "resources": resources,
+            "gpus": resources.get("GPU", 0.0),
+        }
         return out
 
     def ping(self) -> None:
@@ -173,8 +183,8 @@ class JobService:
         with self._lock:
             if self._trials is None:
                 self._trials = optuna.storages.RDBStorage(
-                    self.ctx.settings.resolved_database_url,
-                    engine_kwargs={"pool_pre_ping": True})
+                    self.ctx.settings.resolved_database_url, engine_kwargs={"pool_pre_ping": True}
+                )
             return self._trials
 
     def _records(self, study_name: str) -> list[TrialRecord]:
@@ -184,4 +194,3 @@ class JobService:
         except KeyError:
             return []  # no trial yet: the runner creates the study
         return [record_of(t) for t in storage.get_all_trials(study_id, deepcopy=False)]
-

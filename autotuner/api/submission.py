@@ -39,7 +39,9 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
     if media not in JSON_TYPES + YAML_TYPES:
         raise UnsupportedMediaTypeError(
             f"Content-Type {media!r} is not accepted; send the job spec as application/json "
-            "or application/yaml", field="Content-Type")
+            "or application/yaml",
+            field="Content-Type",
+        )
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -66,8 +68,9 @@ def _check_document(document: Any) -> None:
         loc, node = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise InvalidInputError.at(["body"], f"the document has more than {MAX_NODES} "
-                                       "values; a job spec is far smaller")
+            raise InvalidInputError.at(
+                ["body"], f"the document has more than {MAX_NODES} values; a job spec is far smaller"
+            )
         if isinstance(node, float) and not math.isfinite(node):
             raise InvalidInputError.at(loc, f"{node} is not a finite number", "finite_number")
         if isinstance(node, dict):
@@ -83,23 +86,35 @@ def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
         return spec
     loc: list[str | int] = ["body", "workload", "model"]
     if models_dir is None:
-        raise InvalidInputError.at(loc, (
-            f"{model!r} is not a built-in model ({', '.join(catalog.catalog_names())}); a path "
-            "to a config.json is accepted over HTTP only inside the service's models "
-            "directory: set AUTOTUNER_MODELS_DIR on the service"))
+        raise InvalidInputError.at(
+            loc,
+            (
+                f"{model!r} is not a built-in model ({', '.join(catalog.catalog_names())}); a path "
+                "to a config.json is accepted over HTTP only inside the service's models "
+                "directory: set AUTOTUNER_MODELS_DIR on the service"
+            ),
+        )
     root = models_dir.expanduser().resolve()
     try:
         path = (root / Path(model).expanduser()).resolve()
     except (OSError, RuntimeError, ValueError) as exc:
         raise InvalidInputError.at(loc, f"cannot resolve {model!r}: {exc}") from None
     if not path.is_relative_to(root):
-        raise InvalidInputError.at(loc, (
-            f"{model!r} resolves to {path}, outside the models directory {root} "
-            "(AUTOTUNER_MODELS_DIR); give a path inside it"))
+        raise InvalidInputError.at(
+            loc,
+            (
+                f"{model!r} resolves to {path}, outside the models directory {root} "
+                "(AUTOTUNER_MODELS_DIR); give a path inside it"
+            ),
+        )
     if not (path.is_file() or (path / "config.json").is_file()):
-        raise InvalidInputError.at(loc, (
-            f"{model!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) nor "
-            f"a config.json (or a folder holding one) in the models directory {root}"))
+        raise InvalidInputError.at(
+            loc,
+            (
+                f"{model!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) nor "
+                f"a config.json (or a folder holding one) in the models directory {root}"
+            ),
+        )
     workload = spec.workload.model_copy(update={"model": str(path)})
     return spec.model_copy(update={"workload": workload})
 
@@ -110,28 +125,38 @@ def _known_knobs(search: Any) -> None:
         return
     for key in search:
         if key not in KNOBS:
-            raise InvalidInputError.at(["body", "search", str(key)], (
-                f"unknown knob {key!r}; valid knobs are: {', '.join(sorted(KNOBS))}"))
+            raise InvalidInputError.at(
+                ["body", "search", str(key)],
+                (f"unknown knob {key!r}; valid knobs are: {', '.join(sorted(KNOBS))}"),
+            )
 
 
 def _within_caps(spec: JobSpec, settings: Settings) -> None:
     budget = spec.budget
     if budget.max_trials > settings.max_job_trials:
-        raise InvalidInputError.at(["body", "budget", "max_trials"], (
-            f"max_trials ({budget.max_trials}) exceeds this service's cap "
-            f"({settings.max_job_trials}, AUTOTUNER_MAX_JOB_TRIALS); lower it"))
+        raise InvalidInputError.at(
+            ["body", "budget", "max_trials"],
+            (
+                f"max_trials ({budget.max_trials}) exceeds this service's cap "
+                f"({settings.max_job_trials}, AUTOTUNER_MAX_JOB_TRIALS); lower it"
+            ),
+        )
     if budget.max_minutes > settings.max_job_minutes:
-        raise InvalidInputError.at(["body", "budget", "max_minutes"], (
-            f"max_minutes ({budget.max_minutes:g}) exceeds this service's cap "
-            f"({settings.max_job_minutes:g}, AUTOTUNER_MAX_JOB_MINUTES); lower it"))
+        raise InvalidInputError.at(
+            ["body", "budget", "max_minutes"],
+            (
+                f"max_minutes ({budget.max_minutes:g}) exceeds this service's cap "
+                f"({settings.max_job_minutes:g}, AUTOTUNER_MAX_JOB_MINUTES); lower it"
+            ),
+        )
 
 
 def validate_job(document: Any, settings: Settings) -> JobSpec:
     """A runnable JobSpec from a posted document, or InvalidInputError naming the field."""
     if not isinstance(document, dict):
-        raise InvalidInputError.at(["body"], (
-            f"a job spec is a mapping (JSON object), got {type(document).__name__}"),
-            "dict_type")
+        raise InvalidInputError.at(
+            ["body"], (f"a job spec is a mapping (JSON object), got {type(document).__name__}"), "dict_type"
+        )
     _check_document(document)
     _known_knobs(document.get("search"))
     try:
@@ -150,6 +175,5 @@ def validate_job(document: Any, settings: Settings) -> JobSpec:
     except (ValueError, TypeError, ArithmeticError) as exc:
         # A value the space builder did not foresee: still the input's fault, not ours.
         log.warning("search space of a submitted job failed to build: %r", exc)
-        raise InvalidInputError.at(["body", "search"],
-                                   f"cannot build the search space: {exc}") from None
+        raise InvalidInputError.at(["body", "search"], f"cannot build the search space: {exc}") from None
     return spec

@@ -45,12 +45,17 @@ EXAMPLE_JOB = (HERE / "templates" / "example-job.yaml").read_text()
 TOKEN_COOKIE = "autotuner_token"
 PAGE_SIZE = 50
 MEMORY = "peak_memory_gib"
-HEADLINE_METRICS = {THROUGHPUT: "throughput tokens/s/GPU", MEMORY: "peak memory GiB",
-                    "step_time_s": "step time s"}
+HEADLINE_METRICS = {
+    THROUGHPUT: "throughput tokens/s/GPU",
+    MEMORY: "peak memory GiB",
+    "step_time_s": "step time s",
+}
 # Plotly styles its own elements inline; scripts and everything else come from this origin.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
-       "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
 ACTIVE = ("queued", "running")
 
 router = APIRouter(include_in_schema=False)
@@ -83,14 +88,14 @@ def static_file(name: str, v: str | None = None) -> Response:
     """Plotly's bundle from the plotly package, and this page's own CSS and scripts."""
     ours = {p.name for p in STATIC.iterdir() if p.is_file()}
     if name != "plotly.min.js" and name not in ours:
-        raise NotFoundError(f"no static file {name!r}; there are: plotly.min.js, "
-                            f"{', '.join(sorted(ours))}", field="name")
+        raise NotFoundError(
+            f"no static file {name!r}; there are: plotly.min.js, {', '.join(sorted(ours))}", field="name"
+        )
     path = _plotly_js() if name == "plotly.min.js" else STATIC / name
     fresh = v is not None and v == _static_version(name)
     cache_control = "public, max-age=31536000, immutable" if fresh else "public, max-age=300"
     media = "text/css" if name.endswith(".css") else "text/javascript"
-    return FileResponse(path, media_type=f"{media}; charset=utf-8",
-                        headers={"Cache-Control": cache_control})
+    return FileResponse(path, media_type=f"{media}; charset=utf-8", headers={"Cache-Control": cache_control})
 
 
 # --------------------------------------------------------------------------- pages
@@ -104,10 +109,17 @@ def jobs_page(request: Request, offset: int = Query(0, ge=0, le=1_000_000_000)) 
         return denied
     service: JobService = request.app.state.service
     views, count = service.list_jobs(None, offset, PAGE_SIZE)
-    return _render(request, "index.html", {
-        "jobs": [_public(request, v) for v in views], "count": count, "offset": offset,
-        "page_size": PAGE_SIZE, "example_job": EXAMPLE_JOB,
-    })
+    return _render(
+        request,
+        "index.html",
+        {
+            "jobs": [_public(request, v) for v in views],
+            "count": count,
+            "offset": offset,
+            "page_size": PAGE_SIZE,
+            "example_job": EXAMPLE_JOB,
+        },
+    )
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
@@ -123,14 +135,20 @@ def job_page(request: Request, job_id: str) -> Response:
         return _render(request, "not_found.html", {"job_id": job_id}, status_code=404)
     pareto = front(view.spec, view.records)
     cap = _memory_cap(request, view)
-    return _render(request, "job.html", {
-        "job": _public(request, view), "view": view, "pareto": pareto,
-        "table": trials_table(view.records, {r.number for r in pareto}),
-        "figure": figure(view.spec, view.records, pareto, cap),
-        "summary": summarize(view.spec, view.records, view.job.stop_reason or ""),
-        "spec_yaml": yaml.safe_dump(json.loads(view.job.spec_json), sort_keys=False),
-        "active": view.job.status in ACTIVE,
-    })
+    return _render(
+        request,
+        "job.html",
+        {
+            "job": _public(request, view),
+            "view": view,
+            "pareto": pareto,
+            "table": trials_table(view.records, {r.number for r in pareto}),
+            "figure": figure(view.spec, view.records, pareto, cap),
+            "summary": summarize(view.spec, view.records, view.job.stop_reason or ""),
+            "spec_yaml": yaml.safe_dump(json.loads(view.job.spec_json), sort_keys=False),
+            "active": view.job.status in ACTIVE,
+        },
+    )
 
 
 def _denied(request: Request) -> Response | None:
@@ -141,19 +159,28 @@ def _denied(request: Request) -> Response | None:
     try:
         require_read(request, credentials)
     except UnauthorizedError as exc:
-        return _render(request, "unauthorized.html", {"message": exc.message}, status_code=401,
-                       headers=exc.headers)
+        return _render(
+            request, "unauthorized.html", {"message": exc.message}, status_code=401, headers=exc.headers
+        )
     return None
 
 
-def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200,
-            headers: dict[str, str] | None = None) -> Response:
+def _render(
+    request: Request,
+    name: str,
+    context: dict[str, Any],
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
     settings = request.app.state.settings
-    context = {"token_enabled": settings.api_token is not None,
-               "reads_need_token": settings.api_token is not None and not settings.loopback_bind,
-               "token_cookie": TOKEN_COOKIE, "version": __version__, **context}
-    response = templates.TemplateResponse(request, name, context, status_code=status_code,
-                                          headers=headers)
+    context = {
+        "token_enabled": settings.api_token is not None,
+        "reads_need_token": settings.api_token is not None and not settings.loopback_bind,
+        "token_cookie": TOKEN_COOKIE,
+        "version": __version__,
+        **context,
+    }
+    response = templates.TemplateResponse(request, name, context, status_code=status_code, headers=headers)
     response.headers["Content-Security-Policy"] = CSP
     response.headers["Cache-Control"] = "no-store"
     response.headers["X-Content-Type-Options"] = "nosniff"
@@ -227,9 +254,17 @@ def when(moment: datetime | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-templates.env.globals.update(static_url=static_url, fmt=fmt, duration=duration, when=when,
-                             breakable=breakable, knob_label=knob_label, zip=zip,
-                             THROUGHPUT=THROUGHPUT, MEMORY=MEMORY)
+templates.env.globals.update(
+    static_url=static_url,
+    fmt=fmt,
+    duration=duration,
+    when=when,
+    breakable=breakable,
+    knob_label=knob_label,
+    zip=zip,
+    THROUGHPUT=THROUGHPUT,
+    MEMORY=MEMORY,
+)
 
 
 # --------------------------------------------------------------------------- trials table
@@ -265,24 +300,33 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
     """Every trial, with every metric it measured and every knob that differs between trials
     (the knobs all trials share are listed once, beside the table)."""
     knobs = list(dict.fromkeys(k for r in recs for k in r.config))
-    varying = [k for k in knobs
-               if len({json.dumps(r.config.get(k), sort_keys=True) for r in recs}) > 1]
+    varying = [k for k in knobs if len({json.dumps(r.config.get(k), sort_keys=True) for r in recs}) > 1]
     fixed = {k: recs[0].config.get(k) for k in knobs if k not in varying} if recs else {}
     metrics = set().union(*(r.metrics for r in recs)) if recs else set()
     headline = [m for m in HEADLINE_METRICS if m in metrics]
     others = sorted(metrics - set(headline))
     columns = [Column("status", "status", "the trial's outcome", False)]
     columns += [Column(f"m:{m}", HEADLINE_METRICS[m], f"metric {m}", True) for m in headline]
-    columns += [Column(f"k:{k}", knob_label(k), f"knob {k}", _numeric([r.config.get(k) for r in recs]))
-                for k in varying]
+    columns += [
+        Column(f"k:{k}", knob_label(k), f"knob {k}", _numeric([r.config.get(k) for r in recs]))
+        for k in varying
+    ]
     columns += [Column(f"m:{m}", m, f"metric {m}", True) for m in others]
     predicted = any(r.predicted_memory_gib for r in recs)
     if predicted:
-        columns += [Column("p:peak", "predicted peak GiB",
-                           "the memory model's peak, predicted before the trial ran", True),
-                    Column("e:peak", "prediction error GiB", "measured minus predicted peak", True)]
-    columns += [Column("wall_s", "wall time s", "wall-clock time of the whole trial, in seconds", True),
-                Column("error", "error", "why it failed, or why it was not run", False)]
+        columns += [
+            Column(
+                "p:peak",
+                "predicted peak GiB",
+                "the memory model's peak, predicted before the trial ran",
+                True,
+            ),
+            Column("e:peak", "prediction error GiB", "measured minus predicted peak", True),
+        ]
+    columns += [
+        Column("wall_s", "wall time s", "wall-clock time of the whole trial, in seconds", True),
+        Column("error", "error", "why it failed, or why it was not run", False),
+    ]
     rows = []
     for r in recs:
         row = Row(r, r.number in pareto_numbers)
@@ -305,6 +349,7 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
 
 def _hover(r: TrialRecord, where: str) -> str:
     """Plotly hover text (which reads <b> and <br>); everything from the trial is escaped."""
+
     def esc(text: str) -> str:
         return html.escape(text, quote=False)
 
@@ -318,17 +363,23 @@ def _hover(r: TrialRecord, where: str) -> str:
     return "<br>".join(lines)
 
 
-def _trace(name: str, points: list[tuple[TrialRecord, float, float, str]], **style: Any
-           ) -> dict[str, Any]:
-    return {"type": "scatter", "name": name, "mode": "markers",
-            "x": [x for _, x, _, _ in points], "y": [y for _, _, y, _ in points],
-            "customdata": [r.number for r, _, _, _ in points],
-            "text": [_hover(r, where) for r, _, _, where in points],
-            "hovertemplate": "%{text}<extra></extra>", **style}
+def _trace(name: str, points: list[tuple[TrialRecord, float, float, str]], **style: Any) -> dict[str, Any]:
+    return {
+        "type": "scatter",
+        "name": name,
+        "mode": "markers",
+        "x": [x for _, x, _, _ in points],
+        "y": [y for _, _, y, _ in points],
+        "customdata": [r.number for r, _, _, _ in points],
+        "text": [_hover(r, where) for r, _, _, where in points],
+        "hovertemplate": "%{text}<extra></extra>",
+        **style,
+    }
 
 
-def figure(spec: JobSpec, recs: list[TrialRecord], pareto: list[TrialRecord],
-           cap_gib: float | None) -> dict[str, Any]:
+def figure(
+    spec: JobSpec, recs: list[TrialRecord], pareto: list[TrialRecord], cap_gib: float | None
+) -> dict[str, Any]:
     """A Plotly figure of the measured trials: x peak memory (GiB), y step throughput.
 
     One point per measured trial: feasible ones as points, the Pareto front's highlighted
@@ -351,50 +402,120 @@ def figure(spec: JobSpec, recs: list[TrialRecord], pareto: list[TrialRecord],
     front_points = sorted((p for p in points if p[0].number in on_front), key=lambda p: p[1])
     others = [p for p in points if p[0].number not in on_front]
     default_objectives = [(o.metric, o.resolved_direction) for o in spec.objectives] == [
-        (THROUGHPUT, "maximize"), (MEMORY, "minimize")]
+        (THROUGHPUT, "maximize"),
+        (MEMORY, "minimize"),
+    ]
     traces = [
-        _trace("feasible", [p for p in others if p[0].feasible],
-               marker={"size": 10, "color": "#4c78a8", "opacity": 0.85,
-                       "line": {"width": 1, "color": "#ffffff"}}),
-        _trace("Pareto front", front_points,
-               mode="lines+markers" if default_objectives else "markers",
-               line={"shape": "hv", "color": "#e45756", "width": 2, "dash": "dot"},
-               marker={"size": 14, "symbol": "star", "color": "#f58518",
-                       "line": {"width": 1, "color": "#7f3b08"}}),
-        _trace("OOM / timeout", [p for p in others if p[0].status in INFEASIBLE_STATUSES],
-               marker={"size": 12, "symbol": "x", "color": "#d62728"}),
-        _trace("error", [p for p in others if p[0].status == "error"],
-               marker={"size": 11, "symbol": "x-thin-open", "color": "#7f7f7f",
-                       "line": {"width": 2, "color": "#7f7f7f"}}),
+        _trace(
+            "feasible",
+            [p for p in others if p[0].feasible],
+            marker={
+                "size": 10,
+                "color": "#4c78a8",
+                "opacity": 0.85,
+                "line": {"width": 1, "color": "#ffffff"},
+            },
+        ),
+        _trace(
+            "Pareto front",
+            front_points,
+            mode="lines+markers" if default_objectives else "markers",
+            line={"shape": "hv", "color": "#e45756", "width": 2, "dash": "dot"},
+            marker={
+                "size": 14,
+                "symbol": "star",
+                "color": "#f58518",
+                "line": {"width": 1, "color": "#7f3b08"},
+            },
+        ),
+        _trace(
+            "OOM / timeout",
+            [p for p in others if p[0].status in INFEASIBLE_STATUSES],
+            marker={"size": 12, "symbol": "x", "color": "#d62728"},
+        ),
+        _trace(
+            "error",
+            [p for p in others if p[0].status == "error"],
+            marker={
+                "size": 11,
+                "symbol": "x-thin-open",
+                "color": "#7f7f7f",
+                "line": {"width": 2, "color": "#7f7f7f"},
+            },
+        ),
     ]
     shapes, annotations = [], []
     # The cap line only where it does not squash the points into the left edge.
     near_cap = cap_gib is not None and max(observed, default=0.0) >= 0.5 * cap_gib
     if near_cap or any(where == "at the memory cap" for _, _, _, where in points):
-        shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": fallback_x,
-                       "x1": fallback_x, "y0": 0, "y1": 1,
-                       "line": {"color": "#d62728", "width": 1, "dash": "dash"}})
-        annotations.append({"xref": "x", "yref": "paper", "x": fallback_x, "y": 1,
-                            "text": f"memory cap {fmt(fallback_x)} GiB", "showarrow": False,
-                            "xanchor": "right", "yanchor": "bottom",
-                            "font": {"color": "#d62728", "size": 11}})
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": fallback_x,
+                "x1": fallback_x,
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": "#d62728", "width": 1, "dash": "dash"},
+            }
+        )
+        annotations.append(
+            {
+                "xref": "x",
+                "yref": "paper",
+                "x": fallback_x,
+                "y": 1,
+                "text": f"memory cap {fmt(fallback_x)} GiB",
+                "showarrow": False,
+                "xanchor": "right",
+                "yanchor": "bottom",
+                "font": {"color": "#d62728", "size": 11},
+            }
+        )
     if not measured:
-        annotations.append({"xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                            "text": "no measured trial yet", "showarrow": False,
-                            "font": {"color": "#616e7c", "size": 15}})
+        annotations.append(
+            {
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "text": "no measured trial yet",
+                "showarrow": False,
+                "font": {"color": "#616e7c", "size": 15},
+            }
+        )
     layout = {
-        "xaxis": {"title": {"text": "peak memory (GiB)"}, "rangemode": "tozero",
-                  "zeroline": False, "gridcolor": "#eceff3"},
-        "yaxis": {"title": {"text": "step throughput (tokens/s/GPU)"}, "rangemode": "tozero",
-                  "zeroline": False, "gridcolor": "#eceff3"},
-        "showlegend": True, "legend": {"orientation": "h", "x": 0, "y": 1.12},
+        "xaxis": {
+            "title": {"text": "peak memory (GiB)"},
+            "rangemode": "tozero",
+            "zeroline": False,
+            "gridcolor": "#eceff3",
+        },
+        "yaxis": {
+            "title": {"text": "step throughput (tokens/s/GPU)"},
+            "rangemode": "tozero",
+            "zeroline": False,
+            "gridcolor": "#eceff3",
+        },
+        "showlegend": True,
+        "legend": {"orientation": "h", "x": 0, "y": 1.12},
         "margin": {"l": 64, "r": 24, "t": 48, "b": 56},
         "hovermode": "closest",
-        "hoverlabel": {"align": "left", "bgcolor": "#ffffff", "bordercolor": "#9aa5b1",
-                       "font": {"color": "#1f2933", "size": 12}},
-        "plot_bgcolor": "#ffffff", "paper_bgcolor": "#ffffff",
-        "font": {"family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
-                 "size": 13, "color": "#1f2933"},
-        "shapes": shapes, "annotations": annotations,
+        "hoverlabel": {
+            "align": "left",
+            "bgcolor": "#ffffff",
+            "bordercolor": "#9aa5b1",
+            "font": {"color": "#1f2933", "size": 12},
+        },
+        "plot_bgcolor": "#ffffff",
+        "paper_bgcolor": "#ffffff",
+        "font": {
+            "family": "system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif",
+            "size": 13,
+            "color": "#1f2933",
+        },
+        "shapes": shapes,
+        "annotations": annotations,
     }
     return {"data": traces, "layout": layout}

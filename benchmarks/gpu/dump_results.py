@@ -25,13 +25,18 @@ def main(out: str, command: list[str]) -> None:
         spec = ctx.spec_of(job)
         recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
         summary = summarize(spec, recs, job.stop_reason or job.status)
-        doc["jobs"].append({
-            "id": job.id, "name": job.name, "status": job.status, "spec": json.loads(job.spec_json),
-            "started_at": job.started_at.isoformat() if job.started_at else None,
-            "finished_at": job.finished_at.isoformat() if job.finished_at else None,
-            "summary": summary.to_dict(),
-            "trials": [dict(r.__dict__) for r in recs],
-        })
+        doc["jobs"].append(
+            {
+                "id": job.id,
+                "name": job.name,
+                "status": job.status,
+                "spec": json.loads(job.spec_json),
+                "started_at": job.started_at.isoformat() if job.started_at else None,
+                "finished_at": job.finished_at.isoformat() if job.finished_at else None,
+                "summary": summary.to_dict(),
+                "trials": [dict(r.__dict__) for r in recs],
+            }
+        )
     with open(out, "w") as f:
         json.dump(doc, f, indent=1, default=str)
 

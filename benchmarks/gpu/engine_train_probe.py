@@ -136,8 +136,11 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
             b, a = before["env"], after["env"]
             out["env"] = {k: [b.get(k), a.get(k)] for k in sorted(set(b) | set(a)) if b.get(k) != a.get(k)}
         elif key == "torch":
-            out["torch"] = {k: [v, after["torch"].get(k)] for k, v in before["torch"].items()
-                            if after["torch"].get(k) != v}
+            out["torch"] = {
+                k: [v, after["torch"].get(k)]
+                for k, v in before["torch"].items()
+                if after["torch"].get(k) != v
+            }
         elif key == "threads":
             out["threads_new"] = sorted(set(after["threads"]) - set(before["threads"]))
         elif before[key] != after[key]:
@@ -261,8 +264,12 @@ def child(spec_path: Path, out_path: Path) -> None:
 
     spec = TrialSpec.from_json(spec_path.read_text())
     dtype = compute_dtype(spec.device, spec.dtype)
-    report: dict[str, Any] = {"engine": spec.rollout.engine, "trial_id": spec.trial_id,
-                              "config": spec.to_dict()["rollout"], "stages": {}}
+    report: dict[str, Any] = {
+        "engine": spec.rollout.engine,
+        "trial_id": spec.trial_id,
+        "config": spec.to_dict()["rollout"],
+        "stages": {},
+    }
 
     def save() -> None:
         out_path.write_text(json.dumps(report, indent=1) + "\n")
@@ -273,9 +280,12 @@ def child(spec_path: Path, out_path: Path) -> None:
             metrics: dict[str, float] = {}
             with Watch(pids) as watch:
                 run_train(spec, dtype, metrics, {}, state)
-            rows.append({"tokens_per_s": {p: round(metrics.get(f"{p}_tokens_per_s", 0.0))
-                                          for p in SUBPHASES},
-                         "watch": watch.summary()})
+            rows.append(
+                {
+                    "tokens_per_s": {p: round(metrics.get(f"{p}_tokens_per_s", 0.0)) for p in SUBPHASES},
+                    "watch": watch.summary(),
+                }
+            )
             print(f"PROBE {spec.rollout.engine} {name}: {rows[-1]['tokens_per_s']}", flush=True)
         report["stages"][name] = rows
         save()
@@ -325,8 +335,14 @@ def build_spec(variant: str, job_path: Path) -> str:
     device = resolve_device(job)
     space = build_space(job, device, settings)
     config = space.baseline_config() | space.fixed
-    spec = build_trial_spec(job, space.arch, config, f"probe-{variant.replace(':', '-')}", device,
-                            memory_cap_gib(job, device, settings))
+    spec = build_trial_spec(
+        job,
+        space.arch,
+        config,
+        f"probe-{variant.replace(':', '-')}",
+        device,
+        memory_cap_gib(job, device, settings),
+    )
     if ":" in variant:
         spec.rollout.engine_kwargs[variant.split(":", 1)[1]] = True
     return spec.to_json()
@@ -348,12 +364,18 @@ def engine_pythonpath(engine: str) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--engines", default="sglang,vllm",
-                        help="ENGINE or ENGINE:KEY (engine_kwargs KEY=True), one per GPU.")
+    parser.add_argument(
+        "--engines", default="sglang,vllm", help="ENGINE or ENGINE:KEY (engine_kwargs KEY=True), one per GPU."
+    )
     parser.add_argument("--gpus", default="0,1", help="One GPU per engine, in order.")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "probe")
-    parser.add_argument("--job", action="append", default=[], metavar="ENGINE=JOB.yaml",
-                        help="Another job for an engine (default: the SGLang job and its vLLM twin).")
+    parser.add_argument(
+        "--job",
+        action="append",
+        default=[],
+        metavar="ENGINE=JOB.yaml",
+        help="Another job for an engine (default: the SGLang job and its vLLM twin).",
+    )
     parser.add_argument("--timeout-s", type=float, default=420.0)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
@@ -369,14 +391,30 @@ def main() -> int:
         name = engine.replace(":", "-")
         spec_path = args.out / f"{name}-spec.json"
         spec_path.write_text(build_spec(engine, jobs[engine.split(":")[0]]))
-        env = dict(os.environ, **trial_env(), CUDA_VISIBLE_DEVICES=gpu,
-                   PYTHONPATH=engine_pythonpath(engine.split(":")[0]))
+        env = dict(
+            os.environ,
+            **trial_env(),
+            CUDA_VISIBLE_DEVICES=gpu,
+            PYTHONPATH=engine_pythonpath(engine.split(":")[0]),
+        )
         env.setdefault("OMP_NUM_THREADS", "1")  # as Ray sets it for a trial's task
         log = (args.out / f"{name}.log").open("w")
         procs[engine] = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.gpu.engine_train_probe", "--child", str(spec_path),
-             "--child-out", str(args.out / f"{name}.json")],
-            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.gpu.engine_train_probe",
+                "--child",
+                str(spec_path),
+                "--child-out",
+                str(args.out / f"{name}.json"),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
     deadline = time.monotonic() + args.timeout_s
     for engine, proc in procs.items():
         try:
@@ -395,8 +433,9 @@ def main() -> int:
         report = json.loads(path.read_text())
         for name, rows in report["stages"].items():
             for row in rows:
-                print(f"{engine:<20} {name:<17} " + " ".join(
-                    f"{row['tokens_per_s'][p]:>13}" for p in SUBPHASES))
+                print(
+                    f"{engine:<20} {name:<17} " + " ".join(f"{row['tokens_per_s'][p]:>13}" for p in SUBPHASES)
+                )
     return 0
 
 

@@ -76,8 +76,9 @@ def gpus(trial: dict[str, Any]) -> int:
 def trials_per_hour(job: dict[str, Any], measured: int) -> float | None:
     if not job.get("started_at") or not job.get("finished_at"):
         return None
-    span = (datetime.fromisoformat(job["finished_at"])
-            - datetime.fromisoformat(job["started_at"])).total_seconds()
+    span = (
+        datetime.fromisoformat(job["finished_at"]) - datetime.fromisoformat(job["started_at"])
+    ).total_seconds()
     return measured / span * 3600 if span > 0 else None
 
 
@@ -99,7 +100,8 @@ def job_report(job: dict[str, Any]) -> list[str]:
     lines = [
         f"### {job['name']} ({', '.join(devices) or 'no device'})",
         "",
-        f"{len(trials)} trials: " + ", ".join(f"{n} {s}" for s, n in counts.most_common())
+        f"{len(trials)} trials: "
+        + ", ".join(f"{n} {s}" for s, n in counts.most_common())
         + f"; {gpu_s:.0f} GPU-seconds in all"
         + (f"; {rate:.1f} measured trials per hour" if rate else "")
         + f"; stopped: {summary.get('stop_reason')}.",
@@ -137,12 +139,18 @@ def job_report(job: dict[str, Any]) -> list[str]:
         for tp, group in sorted(per_tp.items()):
             fits = [t for t in group if t["status"] == "ok"]
             top = max(fits, key=lambda t: t["values"][0], default=None)
-            lines.append(f"- TP {tp}: {len(group)} trials, {len(fits)} ok"
-                         + (f"; best {top['values'][0]:.0f} (trial {top['number']})" if top else ""))
+            lines.append(
+                f"- TP {tp}: {len(group)} trials, {len(fits)} ok"
+                + (f"; best {top['values'][0]:.0f} (trial {top['number']})" if top else "")
+            )
     lagging = [t for t in trials if (t.get("metrics") or {}).get("train_rank_imbalance", 1.0) > RANK_LAG]
     if lagging:
-        lines += ["", f"Ranks out of step (slowest rank's train time over the fastest's above "
-                      f"{RANK_LAG}: the trial's step time is its slowest rank's):", ""]
+        lines += [
+            "",
+            f"Ranks out of step (slowest rank's train time over the fastest's above "
+            f"{RANK_LAG}: the trial's step time is its slowest rank's):",
+            "",
+        ]
         lines += [f"- trial {t['number']}: {t['metrics']['train_rank_imbalance']:.2f}x" for t in lagging]
     lines += slow_starts(trials)
     ooms = [t for t in trials if t["status"] == "oom"]
@@ -152,8 +160,10 @@ def job_report(job: dict[str, Any]) -> list[str]:
     oom_s = sum(map(sum, by_phase.values()))
     lines += ["", f"Out of memory: {len(ooms)} trials, {oom_s:.0f} GPU-seconds.", ""]
     for where, walls in sorted(by_phase.items(), key=lambda kv: -len(kv[1])):
-        lines.append(f"- {where}: {len(walls)} trial(s), {sum(walls):.0f} GPU-s "
-                     f"({min(walls):.0f}-{max(walls):.0f} s each)")
+        lines.append(
+            f"- {where}: {len(walls)} trial(s), {sum(walls):.0f} GPU-s "
+            f"({min(walls):.0f}-{max(walls):.0f} s each)"
+        )
     lines.append("")
     return lines
 
@@ -161,8 +171,11 @@ def job_report(job: dict[str, Any]) -> list[str]:
 def slow_starts(trials: list[dict[str, Any]]) -> list[str]:
     """Trials whose engine took over ``SLOW_START`` times the job's median to start, with the
     engine's own timing lines from their logs (``timing_lines``, where recorded)."""
-    starts = {t["number"]: t["metrics"]["engine_startup_s"] for t in trials
-              if (t.get("metrics") or {}).get("engine_startup_s")}
+    starts = {
+        t["number"]: t["metrics"]["engine_startup_s"]
+        for t in trials
+        if (t.get("metrics") or {}).get("engine_startup_s")
+    }
     if len(starts) < 2:
         return []
     median = statistics.median(starts.values())
@@ -171,8 +184,7 @@ def slow_starts(trials: list[dict[str, Any]]) -> list[str]:
         return []
     lines = ["", f"Slow engine start-ups (over {SLOW_START:g}x the job's median of {median:.0f} s):", ""]
     for t in slow:
-        lines.append(f"- trial {t['number']}: {starts[t['number']]:.0f} s, "
-                     f"{knobs(t['config'])}")
+        lines.append(f"- trial {t['number']}: {starts[t['number']]:.0f} s, {knobs(t['config'])}")
         timed = t.get("timing_lines") or []
         lines += [f"    {line}" for line in timed] or ["    (no timing lines recorded)"]
     return lines
@@ -205,14 +217,14 @@ def compare(docs: list[dict[str, Any]]) -> str:
         measured = [t for t in trials if t["status"] in ("ok", "oom", "error", "timeout")]
         counts = Counter(t["status"] for t in measured)
         ok = [t for t in measured if t["status"] == "ok"]
-        fastest = max(ok, key=lambda t: t["metrics"].get("rollout_generated_tokens_per_s", 0),
-                      default=None)
+        fastest = max(ok, key=lambda t: t["metrics"].get("rollout_generated_tokens_per_s", 0), default=None)
         base = summary.get("baselines") or {}
         defaults = (base.get("verl-v0.9-defaults") or {}).get("throughput_tokens_per_s_per_gpu")
         production = (base.get("production") or {}).get("throughput_tokens_per_s_per_gpu")
         best = summary.get("best_throughput")
-        startups = sorted(t["metrics"]["engine_startup_s"] for t in measured
-                          if "engine_startup_s" in t["metrics"])
+        startups = sorted(
+            t["metrics"]["engine_startup_s"] for t in measured if "engine_startup_s" in t["metrics"]
+        )
         other = len(measured) - counts["ok"] - counts["oom"]
         lines.append(
             f"| {engine_of(job)} | {job['name']} | {summary.get('device') or ''} | "
@@ -220,18 +232,24 @@ def compare(docs: list[dict[str, Any]]) -> str:
             f"{sum((t['wall_s'] or 0.0) * gpus(t) for t in trials):.0f} | "
             f"{fmt(best, 0)} ({summary.get('best')}) | {fmt(defaults, 0)} | {fmt(production, 0)} | "
             f"{fmt(best / defaults if best and defaults else None, 2)} | "
-            + (f"{fastest['metrics']['rollout_generated_tokens_per_s']:.0f} ({fastest['number']})"
-               if fastest else "")
+            + (
+                f"{fastest['metrics']['rollout_generated_tokens_per_s']:.0f} ({fastest['number']})"
+                if fastest
+                else ""
+            )
             + f" | {fmt(startups[len(startups) // 2] if startups else None)} |"
         )
-    lines += ["", "The same configs on each engine (the baselines):", "",
-              "| baseline | engine | status | tok/s/GPU | step s | rollout s | generated tok/s | "
-              "KV cache tokens | preemptions | start-up s | sleep s | wake s | peak GiB |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "The same configs on each engine (the baselines):",
+        "",
+        "| baseline | engine | status | tok/s/GPU | step s | rollout s | generated tok/s | "
+        "KV cache tokens | preemptions | start-up s | sleep s | wake s | peak GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in sorted({t["baseline"] for job in jobs for t in job["trials"] if t["baseline"]}):
         for job in jobs:
-            t = next((t for t in job["trials"] if t["baseline"] == name and t.get("repeat_of") is None),
-                     None)
+            t = next((t for t in job["trials"] if t["baseline"] == name and t.get("repeat_of") is None), None)
             if t is None:
                 continue
             m, p = t["metrics"], t["phase_timings_s"]

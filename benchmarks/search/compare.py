@@ -59,8 +59,10 @@ EARLY_COST = 0.25
 
 def true_values(landscape: Landscape) -> dict[str, float]:
     """Each config's throughput: the median of its runs (a failed run counts as 0)."""
-    return {config_key(p.config): statistics.median(throughput(r) or 0.0 for r in p.runs)
-            for p in landscape.points}
+    return {
+        config_key(p.config): statistics.median(throughput(r) or 0.0 for r in p.runs)
+        for p in landscape.points
+    }
 
 
 def grid_cost(landscape: Landscape) -> float:
@@ -102,8 +104,9 @@ class Outcome:
     trajectory: list[tuple[float, float]] = field(default_factory=list)  # (cost so far, best %)
 
 
-def run_strategy(landscape: Landscape, strategy: str, seed: int,
-                 values: dict[str, float] | None = None) -> Outcome:
+def run_strategy(
+    landscape: Landscape, strategy: str, seed: int, values: dict[str, float] | None = None
+) -> Outcome:
     """Run one strategy on the landscape with one seed (see the module docstring)."""
     values = values if values is not None else true_values(landscape)
     best_value = max(values.values())
@@ -111,17 +114,31 @@ def run_strategy(landscape: Landscape, strategy: str, seed: int,
     data = landscape.spec.model_dump(mode="json") | {"seed": seed}
     data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60}
     if not ours:
-        data["budget"] |= {"patience_trials": 0, "remeasure_finalists": 0, "compose_phases": False,
-                           "reuse_rollouts": False}  # other tuners start an engine per trial
+        data["budget"] |= {
+            "patience_trials": 0,
+            "remeasure_finalists": 0,
+            "compose_phases": False,
+            "reuse_rollouts": False,
+        }  # other tuners start an engine per trial
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
-                                directions=[o.resolved_direction for o in spec.objectives],
-                                sampler=_sampler(strategy, seed, space))
+    study = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(),
+        directions=[o.resolved_direction for o in spec.objectives],
+        sampler=_sampler(strategy, seed, space),
+    )
     executor = ReplayExecutor(landscape)
     model = MemoryModel(spec, landscape.arch, landscape.device, landscape.memory_cap_gib) if ours else None
-    runner = StudyRunner(spec, study, space, executor, landscape.device, landscape.memory_cap_gib,
-                         memory_model=model, infer_feasibility=ours)
+    runner = StudyRunner(
+        spec,
+        study,
+        space,
+        executor,
+        landscape.device,
+        landscape.memory_cap_gib,
+        memory_model=model,
+        infer_feasibility=ours,
+    )
     if ours:
         runner.enqueue_baseline()
     summary = runner.run()
@@ -166,8 +183,12 @@ def aggregate(outcomes: list[Outcome]) -> dict[str, Any]:
     }
 
 
-def compare(landscape: Landscape, strategies: list[str], seeds: int,
-            progress: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
+def compare(
+    landscape: Landscape,
+    strategies: list[str],
+    seeds: int,
+    progress: Callable[[str], None] = lambda line: None,
+) -> dict[str, Any]:
     values = true_values(landscape)
     results: dict[str, Any] = {}
     for strategy in strategies:
@@ -176,12 +197,18 @@ def compare(landscape: Landscape, strategies: list[str], seeds: int,
         progress(f"{strategy}: done ({seeds} seeds)")
     feasible = sum(1 for v in values.values() if v > 0)
     return {
-        "landscape": {"label": landscape.label, "command": landscape.command,
-                      "configs": len(landscape.points), "feasible_configs": feasible,
-                      "runs": sum(len(p.runs) for p in landscape.points),
-                      "best_throughput": max(values.values()),
-                      "grid_cost_s": grid_cost(landscape)},
-        "reach_fraction": REACH, "early_cost_fraction": EARLY_COST, "seeds": seeds,
+        "landscape": {
+            "label": landscape.label,
+            "command": landscape.command,
+            "configs": len(landscape.points),
+            "feasible_configs": feasible,
+            "runs": sum(len(p.runs) for p in landscape.points),
+            "best_throughput": max(values.values()),
+            "grid_cost_s": grid_cost(landscape),
+        },
+        "reach_fraction": REACH,
+        "early_cost_fraction": EARLY_COST,
+        "seeds": seeds,
         "strategies": results,
     }
 
@@ -201,7 +228,8 @@ def table(result: dict[str, Any]) -> str:
         lines.append(
             f"{name:<8} {_median_range(reach):>24} {agg['reached_97pct']:>4}/{agg['seeds']:<3} "
             f"{_median_range(agg['best_at_25pct_cost_pct']):>24} {agg['pick_pct_median']:>15.1f} "
-            f"{agg['runs_median']:>5.0f} {agg['skipped_median']:>8.0f} {agg['gpu_s_total_median']:>12.0f}")
+            f"{agg['runs_median']:>5.0f} {agg['skipped_median']:>8.0f} {agg['gpu_s_total_median']:>12.0f}"
+        )
     return "\n".join(lines)
 
 
@@ -219,10 +247,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown strategies {unknown}; valid: {', '.join(STRATEGIES)}")
     landscape = Landscape.load(args.landscape)
-    result = compare(landscape, strategies, args.seeds,
-                     progress=lambda line: print(line, file=sys.stderr, flush=True))
+    result = compare(
+        landscape, strategies, args.seeds, progress=lambda line: print(line, file=sys.stderr, flush=True)
+    )
     result["command"] = "python -m benchmarks.search.compare " + " ".join(
-        argv if argv is not None else sys.argv[1:])
+        argv if argv is not None else sys.argv[1:]
+    )
     print(table(result))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)

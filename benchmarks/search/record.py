@@ -69,8 +69,9 @@ def _alive(claim: dict[str, Any]) -> bool:
 class Ledger:
     """The landscape file shared by the recorders filling it, and who runs what."""
 
-    def __init__(self, out: Path, spec: JobSpec, arch: Any, device: str,
-                 cap: float | None, label: str, command: str) -> None:
+    def __init__(
+        self, out: Path, spec: JobSpec, arch: Any, device: str, cap: float | None, label: str, command: str
+    ) -> None:
         self.out = out
         self.lock_path = out.with_name(out.name + ".lock")
         self.claims_path = out.with_name(out.name + ".claims")
@@ -106,17 +107,24 @@ class Ledger:
         tmp.replace(self.claims_path)
 
 
-def next_config(grid: list[dict[str, Any]], landscape: Landscape,
-                claims: dict[str, dict[str, Any]], repeats: int,
-                skip: set[str]) -> dict[str, Any] | None:
+def next_config(
+    grid: list[dict[str, Any]],
+    landscape: Landscape,
+    claims: dict[str, dict[str, Any]],
+    repeats: int,
+    skip: set[str],
+) -> dict[str, Any] | None:
     """The config to run next: of those with fewer than ``repeats`` runs, counting the runs
     claimed by live recorders, the one with the fewest (grid order breaks ties); None when
     nothing is left for this recorder (``skip``: configs it saw fail on infrastructure)."""
     runs = {config_key(p.config): len(p.runs) for p in landscape.points}
     for claim in claims.values():
         runs[claim["config"]] = runs.get(claim["config"], 0) + 1
-    todo = [(runs.get(config_key(c), 0), n) for n, c in enumerate(grid)
-            if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip]
+    todo = [
+        (runs.get(config_key(c), 0), n)
+        for n, c in enumerate(grid)
+        if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip
+    ]
     return grid[min(todo)[1]] if todo else None
 
 
@@ -128,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--label", default="", help="What the landscape is (default: device).")
     args = parser.parse_args(argv)
     command = "python -m benchmarks.search.record " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
 
     settings = get_settings()
     spec = load_job_spec(args.job)
@@ -140,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     with ledger.locked() as landscape:
         done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
     total = len(grid) * args.repeats
-    print(f"{len(grid)} configs x {args.repeats} runs; {done} runs recorded already in "
-          f"{args.out}", flush=True)
+    print(
+        f"{len(grid)} configs x {args.repeats} runs; {done} runs recorded already in {args.out}", flush=True
+    )
 
     ensure_ray(settings.ray_address, settings.ray_num_cpus)
     cpus = max(1.0, cluster_resources().get("CPU", 1.0) // spec.budget.max_concurrent_trials)
@@ -181,19 +191,22 @@ def main(argv: list[str] | None = None) -> int:
             point.runs.append(result)
             if result.device and not landscape.label:
                 landscape.label = _label(device, result.device)
-            landscape.recorded_at = datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds")
+            landscape.recorded_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             landscape.save(args.out)
             done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
         tput = result.metrics.get("throughput_tokens_per_s_per_gpu")
-        print(f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
-              f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
-              f"wall {result.wall_s:6.1f} s  ({(time.monotonic() - started) / 60:.1f} min)",
-              flush=True)
+        print(
+            f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
+            f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
+            f"wall {result.wall_s:6.1f} s  ({(time.monotonic() - started) / 60:.1f} min)",
+            flush=True,
+        )
     with ledger.locked() as landscape:
-        print(f"{args.out}: {len(landscape.points)} configs, "
-              f"{sum(len(p.runs) for p in landscape.points)} runs; this recorder ran {n}",
-              flush=True)
+        print(
+            f"{args.out}: {len(landscape.points)} configs, "
+            f"{sum(len(p.runs) for p in landscape.points)} runs; this recorder ran {n}",
+            flush=True,
+        )
     return 0
 
 

@@ -32,16 +32,26 @@ MEASURED = ("ok", "oom", "error", "timeout")
 # A train-only job on the tiny model: each trial is a few seconds of real torch steps.
 TRAIN_JOB: dict[str, Any] = {
     "name": "api-train",
-    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                 "prompt_length": {"kind": "fixed", "value": 16},
-                 "response_length": {"kind": "uniform", "low": 8, "high": 16},
-                 "max_prompt_length": 16, "max_response_length": 16,
-                 "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4, "use_kl_loss": False},
+    "workload": {
+        "model": "tiny",
+        "dtype": "float32",
+        "phases": "train",
+        "prompt_length": {"kind": "fixed", "value": 16},
+        "response_length": {"kind": "uniform", "low": 8, "high": 16},
+        "max_prompt_length": 16,
+        "max_response_length": 16,
+        "train_batch_size": 8,
+        "n": 1,
+        "ppo_mini_batch_size": 4,
+        "use_kl_loss": False,
+    },
     "cluster": {"device": "cpu", "device_memory_gib": 2},
-    "search": {A + "use_dynamic_bsz": False,
-               A + "ppo_micro_batch_size_per_gpu": [1, 2, 4],
-               R + "log_prob_micro_batch_size_per_gpu": [1, 2, 4],
-               "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False]},
+    "search": {
+        A + "use_dynamic_bsz": False,
+        A + "ppo_micro_batch_size_per_gpu": [1, 2, 4],
+        R + "log_prob_micro_batch_size_per_gpu": [1, 2, 4],
+        "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
+    },
     "budget": {"max_trials": 4, "trial_timeout_s": 120},
     "sampler": "random",
 }
@@ -66,19 +76,29 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = dict(os.environ)
-        for key in ("AUTOTUNER_DATABASE_URL", "AUTOTUNER_HOST", "AUTOTUNER_PORT",
-                    "AUTOTUNER_API_TOKEN", "AUTOTUNER_MODELS_DIR", "AUTOTUNER_RAY_ADDRESS"):
+        for key in (
+            "AUTOTUNER_DATABASE_URL",
+            "AUTOTUNER_HOST",
+            "AUTOTUNER_PORT",
+            "AUTOTUNER_API_TOKEN",
+            "AUTOTUNER_MODELS_DIR",
+            "AUTOTUNER_RAY_ADDRESS",
+        ):
             self.env.pop(key, None)
-        self.env.update({"AUTOTUNER_DATA_DIR": str(data_dir), "AUTOTUNER_RAY_NUM_CPUS": "2",
-                         **env})
+        self.env.update({"AUTOTUNER_DATA_DIR": str(data_dir), "AUTOTUNER_RAY_NUM_CPUS": "2", **env})
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 120) -> Server:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotuner.cli", "serve", "--port", str(self.port)],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -108,8 +128,7 @@ class Server:
             code = self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.kill()
-            raise AssertionError(
-                f"the server ignored SIGTERM for {timeout_s} s:\n{self.log()}") from None
+            raise AssertionError(f"the server ignored SIGTERM for {timeout_s} s:\n{self.log()}") from None
         self._sweep()
         # uvicorn re-raises the signal it handled once it has shut down cleanly.
         assert code in (0, -signal.SIGTERM), (code, self.log())
@@ -135,8 +154,9 @@ class Server:
             time.sleep(0.2)
 
 
-def wait_for(client: httpx.Client, job_id: str, until: Any, timeout_s: float = 300,
-             what: str = "") -> dict[str, Any]:
+def wait_for(
+    client: httpx.Client, job_id: str, until: Any, timeout_s: float = 300, what: str = ""
+) -> dict[str, Any]:
     """Poll GET /v1/jobs/{id} until ``until(job)`` holds; return that job."""
     deadline = time.monotonic() + timeout_s
     job: dict[str, Any] = {}
@@ -177,9 +197,15 @@ def models_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def server(tmp_path_factory: pytest.TempPathFactory, models_dir: Path) -> Iterator[Server]:
     """One server for the session's API tests: token set, models dir set, job caps low."""
     base = tmp_path_factory.mktemp("server")
-    srv = Server(base / "data", base / "server.log", AUTOTUNER_API_TOKEN=TOKEN,
-                 AUTOTUNER_MODELS_DIR=str(models_dir), AUTOTUNER_MAX_JOB_TRIALS="50",
-                 AUTOTUNER_MAX_JOB_MINUTES="600", AUTOTUNER_MAX_REQUEST_BYTES="65536")
+    srv = Server(
+        base / "data",
+        base / "server.log",
+        AUTOTUNER_API_TOKEN=TOKEN,
+        AUTOTUNER_MODELS_DIR=str(models_dir),
+        AUTOTUNER_MAX_JOB_TRIALS="50",
+        AUTOTUNER_MAX_JOB_MINUTES="600",
+        AUTOTUNER_MAX_REQUEST_BYTES="65536",
+    )
     srv.start()
     yield srv
     srv.stop(require_clean_log=False)

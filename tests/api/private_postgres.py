@@ -39,24 +39,29 @@ class PrivatePostgres:
             user = pwd.getpwnam("postgres")
             os.chown(self.root, user.pw_uid, user.pw_gid)
             self._as = ["runuser", "-u", "postgres", "--"]
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "-E", "UTF8", "--no-sync")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
 
     @property
     def url(self) -> str:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def _run(self, tool: str, *args: str) -> None:
-        done = subprocess.run([*self._as, str(self.bin_dir / tool), *args], capture_output=True,
-                              text=True, timeout=120, cwd=self.root)
+        done = subprocess.run(
+            [*self._as, str(self.bin_dir / tool), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.root,
+        )
         if done.returncode != 0:
             log = self.log.read_text() if self.log.exists() else ""
             raise RuntimeError(f"{tool} {' '.join(args)} failed: {done.stdout}{done.stderr}{log}")
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1"
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w",
-                  "-t", "60", "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "-t", "60", "start"
+        )
 
     def stop(self, mode: str = "immediate") -> None:
         """``immediate``: as if the server crashed (no checkpoint; recovery at next start)."""

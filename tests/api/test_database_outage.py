@@ -32,8 +32,10 @@ pytestmark = pytest.mark.postgres
 def pg() -> Iterator[PrivatePostgres]:
     bin_dir = binaries()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql; "
-                    "install the postgresql package to run the restart tests")
+        pytest.skip(
+            "no PostgreSQL server binaries (initdb, pg_ctl) under /usr/lib/postgresql; "
+            "install the postgresql package to run the restart tests"
+        )
     server = PrivatePostgres(bin_dir)
     try:
         server.start()
@@ -86,8 +88,9 @@ def test_writes_wait_out_a_restart_and_the_study_survives(pg, caplog) -> None:
     with caplog.at_level(logging.WARNING, "storage.db"):
         writer = threading.Thread(target=write)
         writer.start()
-        _until(lambda: any("retrying" in r.getMessage() for r in caplog.records), 10,
-               "the write's first retry")
+        _until(
+            lambda: any("retrying" in r.getMessage() for r in caplog.records), 10, "the write's first retry"
+        )
         pg.start()
         writer.join(60)
     assert "error" not in outcome, outcome
@@ -98,7 +101,8 @@ def test_writes_wait_out_a_restart_and_the_study_survives(pg, caplog) -> None:
     reloaded = optuna.load_study(study_name="outage", storage=pg.url)
     trials = reloaded.get_trials()
     assert [(t.state, t.params["x"], t.value) for t in trials] == [
-        (TrialState.COMPLETE, x, float(x)) for x in (1, 2, 3)]
+        (TrialState.COMPLETE, x, float(x)) for x in (1, 2, 3)
+    ]
     assert {j.name for j in store.list()[0]} == {"before", "during"}
     storage.engine.dispose()
     database.dispose()
@@ -116,14 +120,21 @@ def test_a_job_outlives_a_database_crash(pg, tmp_path) -> None:
     with admin.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         connection.exec_driver_sql("CREATE DATABASE service")
     admin.dispose()
-    server = Server(tmp_path / "data", tmp_path / "server.log", AUTOTUNER_API_TOKEN=TOKEN,
-                    AUTOTUNER_DATABASE_URL=url).start()
+    server = Server(
+        tmp_path / "data", tmp_path / "server.log", AUTOTUNER_API_TOKEN=TOKEN, AUTOTUNER_DATABASE_URL=url
+    ).start()
     try:
         with server.client() as api:
             job_id = submit(api, train_job(name="outage", budget={"max_trials": 3}))
-            _until(lambda: (lambda t: any(x["status"] in MEASURED for x in t)
-                            and any(x["status"] == "running" for x in t))(trials_of(api, job_id)),
-                   180, "a trial measured and the next one running")
+            _until(
+                lambda: (
+                    lambda t: (
+                        any(x["status"] in MEASURED for x in t) and any(x["status"] == "running" for x in t)
+                    )
+                )(trials_of(api, job_id)),
+                180,
+                "a trial measured and the next one running",
+            )
             pg.stop("immediate")
             # While it is down: 503 with the reason and Retry-After, never a 500.
             code, body = _status(api, job_id)
@@ -133,12 +144,21 @@ def test_a_job_outlives_a_database_crash(pg, tmp_path) -> None:
             assert health.status_code == 503 and health.headers["retry-after"] == "5"
             # The running trial ends while the database is down: its result cannot be told,
             # so the job waits for the database to come back to resume.
-            _until(lambda: "goes back to the queue once it answers" in server.log(), 120,
-                   f"the runner to give the job back:\n{server.log()}")
+            _until(
+                lambda: "goes back to the queue once it answers" in server.log(),
+                120,
+                f"the runner to give the job back:\n{server.log()}",
+            )
             pg.start()
-            job = _until(lambda: (lambda c, j: j if c == 200 and j["status"] in (
-                "succeeded", "failed", "cancelled") else None)(*_status(api, job_id)),
-                300, "the job's end")
+            job = _until(
+                lambda: (
+                    lambda c, j: (
+                        j if c == 200 and j["status"] in ("succeeded", "failed", "cancelled") else None
+                    )
+                )(*_status(api, job_id)),
+                300,
+                "the job's end",
+            )
             trials = trials_of(api, job_id)
     finally:
         server.stop()

@@ -29,38 +29,78 @@ def _with(section: str, **changes: Any) -> dict[str, Any]:
 
 # (body, loc the error names, a phrase its message holds)
 INVALID_JOBS = {
-    "wrong type": (_with("workload", train_batch_size="many"),
-                   ["body", "workload", "train_batch_size"], "valid integer"),
-    "wrong type deep": (_with("workload", prompt_length={"kind": "fixed", "value": [1]}),
-                        ["body", "workload", "prompt_length", "fixed", "value"], "integer"),
-    "unknown field": (_with("budget", max_trails=3), ["body", "budget", "max_trails"],
-                      "Extra inputs"),
-    "unknown knob": (_with("search", **{R + "max_num_sequences": 8}),
-                     ["body", "search", R + "max_num_sequences"], "unknown knob"),
-    "impossible range": (_with("search", **{MB: {"low": 5, "high": 7}}),
-                         ["body", "search", MB], "no valid value in [5.0, 7.0]"),
-    "reversed range": (_with("search", **{MB: {"low": 4, "high": 1}}),
-                       ["body", "search", MB], "low (4.0) must be <= high (1.0)"),
-    "value verl rejects": (_with("search", **{R + "gpu_memory_utilization": 3.0}),
-                           ["body", "search", R + "gpu_memory_utilization", "fixed"],
-                           "outside (0, 1]"),
-    "choice verl rejects": (_with("search", **{MB: [1, 3]}), ["body", "search", MB, "choices"],
-                            "does not divide"),
-    "range on a bool knob": (_with("search", **{A + "use_dynamic_bsz": {"low": 0, "high": 1}}),
-                             ["body", "search", A + "use_dynamic_bsz"], "bool knob"),
-    "unknown model": (_with("workload", model="no-such-model"), ["body", "workload", "model"],
-                      "neither a built-in model"),
-    "model path escaping": (_with("workload", model="../outside/config.json"),
-                            ["body", "workload", "model"], "outside the models directory"),
-    "batch rule": (_with("workload", ppo_mini_batch_size=16), ["body", "workload"],
-                   "ppo_mini_batch_size (16) must be <= train_batch_size (8)"),
-    "too many trials": (_with("budget", max_trials=51), ["body", "budget", "max_trials"],
-                        "AUTOTUNER_MAX_JOB_TRIALS"),
-    "too many minutes": (_with("budget", max_minutes=601), ["body", "budget", "max_minutes"],
-                         "AUTOTUNER_MAX_JOB_MINUTES"),
+    "wrong type": (
+        _with("workload", train_batch_size="many"),
+        ["body", "workload", "train_batch_size"],
+        "valid integer",
+    ),
+    "wrong type deep": (
+        _with("workload", prompt_length={"kind": "fixed", "value": [1]}),
+        ["body", "workload", "prompt_length", "fixed", "value"],
+        "integer",
+    ),
+    "unknown field": (_with("budget", max_trails=3), ["body", "budget", "max_trails"], "Extra inputs"),
+    "unknown knob": (
+        _with("search", **{R + "max_num_sequences": 8}),
+        ["body", "search", R + "max_num_sequences"],
+        "unknown knob",
+    ),
+    "impossible range": (
+        _with("search", **{MB: {"low": 5, "high": 7}}),
+        ["body", "search", MB],
+        "no valid value in [5.0, 7.0]",
+    ),
+    "reversed range": (
+        _with("search", **{MB: {"low": 4, "high": 1}}),
+        ["body", "search", MB],
+        "low (4.0) must be <= high (1.0)",
+    ),
+    "value verl rejects": (
+        _with("search", **{R + "gpu_memory_utilization": 3.0}),
+        ["body", "search", R + "gpu_memory_utilization", "fixed"],
+        "outside (0, 1]",
+    ),
+    "choice verl rejects": (
+        _with("search", **{MB: [1, 3]}),
+        ["body", "search", MB, "choices"],
+        "does not divide",
+    ),
+    "range on a bool knob": (
+        _with("search", **{A + "use_dynamic_bsz": {"low": 0, "high": 1}}),
+        ["body", "search", A + "use_dynamic_bsz"],
+        "bool knob",
+    ),
+    "unknown model": (
+        _with("workload", model="no-such-model"),
+        ["body", "workload", "model"],
+        "neither a built-in model",
+    ),
+    "model path escaping": (
+        _with("workload", model="../outside/config.json"),
+        ["body", "workload", "model"],
+        "outside the models directory",
+    ),
+    "batch rule": (
+        _with("workload", ppo_mini_batch_size=16),
+        ["body", "workload"],
+        "ppo_mini_batch_size (16) must be <= train_batch_size (8)",
+    ),
+    "too many trials": (
+        _with("budget", max_trials=51),
+        ["body", "budget", "max_trials"],
+        "AUTOTUNER_MAX_JOB_TRIALS",
+    ),
+    "too many minutes": (
+        _with("budget", max_minutes=601),
+        ["body", "budget", "max_minutes"],
+        "AUTOTUNER_MAX_JOB_MINUTES",
+    ),
     "not a mapping": ([1, 2], ["body"], "mapping"),
-    "bad objective": ({**train_job(), "objectives": [{"metric": "speed"}]},
-                      ["body", "objectives", 0, "metric"], "throughput_tokens_per_s_per_gpu"),
+    "bad objective": (
+        {**train_job(), "objectives": [{"metric": "speed"}]},
+        ["body", "objectives", 0, "metric"],
+        "throughput_tokens_per_s_per_gpu",
+    ),
 }
 
 
@@ -99,8 +139,9 @@ def test_model_paths_must_stay_inside_the_models_dir(api, outside, models_dir) -
     loc = ["body", "workload", "model"]
     for model in (str(outside), "sneaky/config.json", "sneaky", "tiny-copy/../../x"):
         _assert_names(api.post("/v1/jobs", json=_with("workload", model=model)), loc, "outside")
-    _assert_names(api.post("/v1/jobs", json=_with("workload", model="tiny-copy/nothing.json")),
-                  loc, "models directory")
+    _assert_names(
+        api.post("/v1/jobs", json=_with("workload", model="tiny-copy/nothing.json")), loc, "models directory"
+    )
 
 
 def test_unparsable_and_odd_bodies(api) -> None:
@@ -117,8 +158,8 @@ def test_unparsable_and_odd_bodies(api) -> None:
     _assert_names(post("[" * 5000 + "]" * 5000), ["body"], "nested too deeply")
     # Aliases that would expand to 10**9 values.
     bomb = "a: &a [1,1,1,1,1,1,1,1,1,1]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n"
-        for i in range(8))
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+    )
     _assert_names(post(bomb, "application/yaml"), ["body"], "more than")
     unsupported = post("name: x", "text/plain")
     assert unsupported.status_code == 415 and unsupported.json()["field"] == "Content-Type"
@@ -135,8 +176,7 @@ def test_huge_bodies_get_413(api, server) -> None:
             yield b"x" * 10_000
 
     with server.client() as fresh:
-        streamed = fresh.post("/v1/jobs", content=chunks(),
-                              headers={"Content-Type": "application/json"})
+        streamed = fresh.post("/v1/jobs", content=chunks(), headers={"Content-Type": "application/json"})
     assert streamed.status_code == 413
 
 
@@ -145,8 +185,11 @@ def test_the_token_is_required_for_writes(server, api) -> None:
     target = job_id[0]["id"] if job_id else "0" * 32
     with server.client(token=None) as anonymous, server.client(token="wrong") as impostor:
         for client, phrase in ((anonymous, "missing bearer token"), (impostor, "wrong bearer")):
-            for method, path in (("POST", "/v1/jobs"), ("POST", f"/v1/jobs/{target}/cancel"),
-                                 ("DELETE", f"/v1/jobs/{target}")):
+            for method, path in (
+                ("POST", "/v1/jobs"),
+                ("POST", f"/v1/jobs/{target}/cancel"),
+                ("DELETE", f"/v1/jobs/{target}"),
+            ):
                 response = client.request(method, path, json=train_job())
                 assert response.status_code == 401, (method, path, response.text)
                 assert phrase in response.json()["detail"]
@@ -155,8 +198,7 @@ def test_the_token_is_required_for_writes(server, api) -> None:
                 assert TOKEN not in response.text
             # Bound to loopback: reads need no token.
             assert client.get("/v1/jobs").status_code == 200
-    basic = httpx.post(server.url + "/v1/jobs", json=train_job(),
-                       headers={"Authorization": f"Basic {TOKEN}"})
+    basic = httpx.post(server.url + "/v1/jobs", json=train_job(), headers={"Authorization": f"Basic {TOKEN}"})
     assert basic.status_code == 401
     assert TOKEN not in server.log_path.read_text()
 
@@ -171,13 +213,16 @@ def test_reads_need_the_token_off_loopback(tmp_path) -> None:
     assert wrong.status_code == 401 and "wrong bearer token" in wrong.json()["detail"]
 
 
-@pytest.mark.parametrize("query, loc", [
-    ({"limit": 0}, ["query", "limit"]),
-    ({"limit": 5000}, ["query", "limit"]),
-    ({"limit": "ten"}, ["query", "limit"]),
-    ({"offset": -1}, ["query", "offset"]),
-    ({"status": "finished"}, ["query", "status"]),
-])
+@pytest.mark.parametrize(
+    "query, loc",
+    [
+        ({"limit": 0}, ["query", "limit"]),
+        ({"limit": 5000}, ["query", "limit"]),
+        ({"limit": "ten"}, ["query", "limit"]),
+        ({"offset": -1}, ["query", "offset"]),
+        ({"status": "finished"}, ["query", "status"]),
+    ],
+)
 def test_bad_list_parameters(api, query, loc) -> None:
     response = api.get("/v1/jobs", params=query)
     assert response.status_code == 422
@@ -186,11 +231,16 @@ def test_bad_list_parameters(api, query, loc) -> None:
 
 def test_unknown_jobs_and_trials_are_404(api, finished_job) -> None:
     missing = "0123456789abcdef" * 2
-    for method, path in (("GET", f"/v1/jobs/{missing}"), ("GET", f"/v1/jobs/{missing}/trials"),
-                         ("GET", f"/v1/jobs/{missing}/pareto"), ("GET", f"/v1/jobs/{missing}/best"),
-                         ("GET", f"/v1/jobs/{missing}/trials/0/config"),
-                         ("POST", f"/v1/jobs/{missing}/cancel"), ("DELETE", f"/v1/jobs/{missing}"),
-                         ("GET", "/v1/jobs/not-even-hex")):
+    for method, path in (
+        ("GET", f"/v1/jobs/{missing}"),
+        ("GET", f"/v1/jobs/{missing}/trials"),
+        ("GET", f"/v1/jobs/{missing}/pareto"),
+        ("GET", f"/v1/jobs/{missing}/best"),
+        ("GET", f"/v1/jobs/{missing}/trials/0/config"),
+        ("POST", f"/v1/jobs/{missing}/cancel"),
+        ("DELETE", f"/v1/jobs/{missing}"),
+        ("GET", "/v1/jobs/not-even-hex"),
+    ):
         response = api.request(method, path)
         assert response.status_code == 404, (method, path, response.text)
         assert response.json()["field"] == "job_id" and "no job with id" in response.json()["detail"]
@@ -199,12 +249,14 @@ def test_unknown_jobs_and_trials_are_404(api, finished_job) -> None:
         response = api.get(path)
         assert response.status_code == 404 and response.json()["field"] == "number"
         assert "has no trial 99" in response.json()["detail"]
-    bad = [api.get(f"/v1/jobs/{job_id}/trials/-1/config"),
-           api.get(f"/v1/jobs/{job_id}/trials/zero/config"),
-           api.get(f"/v1/jobs/{job_id}/trials/0/config", params={"format": "toml"}),
-           api.get(f"/v1/jobs/{job_id}/trials", params={"status": "great"}),
-           api.get(f"/v1/jobs/{job_id}/best", params={"max_peak_memory_gib": -1}),
-           api.get(f"/v1/jobs/{job_id}/best", params={"max_peak_memory_gib": "inf"})]
+    bad = [
+        api.get(f"/v1/jobs/{job_id}/trials/-1/config"),
+        api.get(f"/v1/jobs/{job_id}/trials/zero/config"),
+        api.get(f"/v1/jobs/{job_id}/trials/0/config", params={"format": "toml"}),
+        api.get(f"/v1/jobs/{job_id}/trials", params={"status": "great"}),
+        api.get(f"/v1/jobs/{job_id}/best", params={"max_peak_memory_gib": -1}),
+        api.get(f"/v1/jobs/{job_id}/best", params={"max_peak_memory_gib": "inf"}),
+    ]
     assert [r.status_code for r in bad] == [422] * len(bad), [r.text for r in bad]
     assert bad[2].json()["detail"][0]["loc"] == ["query", "format"]
 
@@ -213,8 +265,9 @@ def test_docs_are_served_without_a_cdn(server) -> None:
     docs = httpx.get(server.url + "/docs")
     assert docs.status_code == 200
     assert "cdn" not in docs.text.lower() and "https://" not in docs.text.split("<body>")[0]
-    assets = [a for a in ("/docs-static/swagger-ui-bundle.js", "/docs-static/swagger-ui.css")
-              if a in docs.text]
+    assets = [
+        a for a in ("/docs-static/swagger-ui-bundle.js", "/docs-static/swagger-ui.css") if a in docs.text
+    ]
     assert len(assets) == 2
     for asset in assets:
         assert httpx.get(server.url + asset).status_code == 200
@@ -238,9 +291,14 @@ def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
     env["AUTOTUNER_DATA_DIR"] = str(tmp_path)
     env["COLUMNS"] = "200"
-    done = subprocess.run([sys.executable, "-m", "autotuner.cli", "serve", "--host", "0.0.0.0",
-                           "--port", "1"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", "serve", "--host", "0.0.0.0", "--port", "1"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     message = " ".join(done.stderr.split())
     assert "AUTOTUNER_HOST=0.0.0.0 is not a loopback address" in message

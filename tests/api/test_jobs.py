@@ -44,7 +44,8 @@ def test_a_train_job_runs_to_succeeded_and_reports_its_trials(server, finished_j
         assert [t["number"] for t in only_ok] == [t["number"] for t in ok]
         page = api.get(f"/v1/jobs/{job['id']}/trials", params={"offset": 1, "limit": 2}).json()
         assert page["count"] == len(trials) and [t["number"] for t in page["data"]] == [
-            t["number"] for t in trials[1:3]]
+            t["number"] for t in trials[1:3]
+        ]
         listed = api.get("/v1/jobs", params={"status": "succeeded"}).json()
         assert job["id"] in [j["id"] for j in listed["data"]]
         assert all(j["status"] == "succeeded" for j in listed["data"])
@@ -60,24 +61,26 @@ def _dominates(p: dict, q: dict, objectives: list[dict]) -> bool:
     return better_or_equal and strictly
 
 
-def test_the_pareto_front_is_exactly_the_non_dominated_feasible_trials(server, finished_job
-                                                                         ) -> None:
+def test_the_pareto_front_is_exactly_the_non_dominated_feasible_trials(server, finished_job) -> None:
     job_id = finished_job["id"]
     with server.client() as api:
         front = api.get(f"/v1/jobs/{job_id}/pareto").json()
         trials = trials_of(api, job_id)
     objectives = front["objectives"]
-    assert objectives == [{"metric": THROUGHPUT, "direction": "maximize"},
-                          {"metric": MEMORY, "direction": "minimize"}]
+    assert objectives == [
+        {"metric": THROUGHPUT, "direction": "maximize"},
+        {"metric": MEMORY, "direction": "minimize"},
+    ]
     feasible = [t for t in trials if t["status"] == "ok"]
-    expected = {p["number"] for p in feasible
-                if not any(_dominates(q, p, objectives) for q in feasible)}
+    expected = {p["number"] for p in feasible if not any(_dominates(q, p, objectives) for q in feasible)}
     assert {p["number"] for p in front["data"]} == expected
     assert front["count"] == len(expected) >= 1
     for point in front["data"]:
         trial = next(t for t in trials if t["number"] == point["number"])
-        assert point["objectives"] == {THROUGHPUT: trial["metrics"][THROUGHPUT],
-                                       MEMORY: trial["metrics"][MEMORY]}
+        assert point["objectives"] == {
+            THROUGHPUT: trial["metrics"][THROUGHPUT],
+            MEMORY: trial["metrics"][MEMORY],
+        }
         assert point["config"] == trial["config"]
 
 
@@ -94,24 +97,24 @@ def test_best_under_a_memory_cap_and_the_config_download(server, finished_job) -
         none = api.get(f"/v1/jobs/{job_id}/best", params={"max_peak_memory_gib": cap / 1000})
         assert none.status_code == 404 and none.json()["field"] == "max_peak_memory_gib"
 
-        got = api.get(f"/v1/jobs/{job_id}/trials/{best['number']}/config",
-                      params={"format": "yaml"})
+        got = api.get(f"/v1/jobs/{job_id}/trials/{best['number']}/config", params={"format": "yaml"})
         assert got.status_code == 200, got.text
         assert got.headers["content-type"].startswith("application/yaml")
         assert got.headers["content-disposition"] == (
-            f'attachment; filename="api-train-trial{best["number"]}.yaml"')
+            f'attachment; filename="api-train-trial{best["number"]}.yaml"'
+        )
         flat = load_exported_yaml(got.text)
         assert set(flat) <= VERL_KEYS
         for key, value in best["config"].items():
             if key in flat:
                 assert flat[key] == value, key
-        assert flat[A + "ppo_micro_batch_size_per_gpu"] == best["config"][
-            A + "ppo_micro_batch_size_per_gpu"]
+        assert flat[A + "ppo_micro_batch_size_per_gpu"] == best["config"][A + "ppo_micro_batch_size_per_gpu"]
         assert flat["data.train_batch_size"] == 8
         assert f"# device: {best['device']}" in got.text or best["device"] in got.text
 
-        overrides = api.get(f"/v1/jobs/{job_id}/trials/{best['number']}/config",
-                            params={"format": "overrides"})
+        overrides = api.get(
+            f"/v1/jobs/{job_id}/trials/{best['number']}/config", params={"format": "overrides"}
+        )
         assert overrides.status_code == 200
         assert overrides.headers["content-disposition"].endswith('.overrides"')
         lines = [ln for ln in overrides.text.splitlines() if ln and not ln.startswith("#")]
@@ -120,8 +123,13 @@ def test_best_under_a_memory_cap_and_the_config_download(server, finished_job) -
 
 def _cli(*args: str, token: str | None = TOKEN) -> subprocess.CompletedProcess[str]:
     extra = ["--token", token] if token else []
-    return subprocess.run([sys.executable, "-m", "autotuner.cli", *args, *extra], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", *args, *extra],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
@@ -137,8 +145,7 @@ def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
         best = api.get(f"/v1/jobs/{job_id}/best").json()
         expected = api.get(f"/v1/jobs/{job_id}/trials/{best['number']}/config").text
     assert exported.stdout == expected
-    overrides = _cli("export", job_id, "--trial", "0", "--format", "overrides",
-                     "--server", server.url)
+    overrides = _cli("export", job_id, "--trial", "0", "--format", "overrides", "--server", server.url)
     assert overrides.returncode == 0 and "data.train_batch_size=8" in overrides.stdout
 
     missing = _cli("status", "0" * 32, "--server", server.url)
@@ -185,8 +192,13 @@ def test_cancel_stops_a_running_job_and_keeps_what_it_measured(api, models_dir) 
     job_id = submit(api, job)
     stored = api.get(f"/v1/jobs/{job_id}").json()
     assert stored["spec"]["workload"]["model"] == str((models_dir / "tiny-copy").resolve())
-    wait_for(api, job_id, lambda j: j["status"] == "running" and j["trials_done"] >= 1, 120,
-             "running with a measured trial")
+    wait_for(
+        api,
+        job_id,
+        lambda j: j["status"] == "running" and j["trials_done"] >= 1,
+        120,
+        "running with a measured trial",
+    )
     refused = api.delete(f"/v1/jobs/{job_id}")
     assert refused.status_code == 409 and "cancel" in refused.json()["detail"]
     before = {t["number"]: t for t in trials_of(api, job_id) if t["status"] in MEASURED}
@@ -214,24 +226,33 @@ def test_cancel_stops_a_running_job_and_keeps_what_it_measured(api, models_dir) 
 def test_a_rollout_and_train_job_with_real_vllm(api) -> None:
     job = {
         "name": "api-both",
-        "workload": {"model": "tiny", "dtype": "float32", "phases": "both",
-                     "prompt_length": {"kind": "uniform", "low": 8, "high": 32},
-                     "response_length": {"kind": "uniform", "low": 8, "high": 48},
-                     "max_prompt_length": 32, "max_response_length": 48,
-                     "train_batch_size": 8, "n": 2, "ppo_mini_batch_size": 4},
+        "workload": {
+            "model": "tiny",
+            "dtype": "float32",
+            "phases": "both",
+            "prompt_length": {"kind": "uniform", "low": 8, "high": 32},
+            "response_length": {"kind": "uniform", "low": 8, "high": 48},
+            "max_prompt_length": 32,
+            "max_response_length": 48,
+            "train_batch_size": 8,
+            "n": 2,
+            "ppo_mini_batch_size": 4,
+        },
         "cluster": {"device": "cpu", "device_memory_gib": 2},
-        "search": {"actor_rollout_ref.rollout.enforce_eager": True,
-                   "actor_rollout_ref.rollout.max_num_seqs": [8, 16],
-                   A + "use_dynamic_bsz": False},
+        "search": {
+            "actor_rollout_ref.rollout.enforce_eager": True,
+            "actor_rollout_ref.rollout.max_num_seqs": [8, 16],
+            A + "use_dynamic_bsz": False,
+        },
         "budget": {"max_trials": 2, "trial_timeout_s": 240},
         "sampler": "random",
     }
     job_id = submit(api, job)
-    done = wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed", "cancelled"),
-                    600, "finished")
+    done = wait_for(
+        api, job_id, lambda j: j["status"] in ("succeeded", "failed", "cancelled"), 600, "finished"
+    )
     trials = trials_of(api, job_id)
-    assert done["status"] == "succeeded", (done, [(t["status"], t["error_message"])
-                                                  for t in trials])
+    assert done["status"] == "succeeded", (done, [(t["status"], t["error_message"]) for t in trials])
     best = api.get(f"/v1/jobs/{job_id}/best").json()
     assert best["metrics"]["rollout_generated_tokens_per_s"] > 0
     assert best["metrics"]["throughput_tokens_per_s_per_gpu"] > 0

@@ -39,8 +39,9 @@ def _wait_mid_trial(server: Server, job_id: str, measured_at_least: int) -> dict
                 return {n: t for n, t in trials.items() if not _launched(t) or n in steady}
             before = trials
             time.sleep(0.3)
-    raise AssertionError(f"job {job_id} never had {measured_at_least} trials measured and "
-                         f"one running:\n{server.log()}")
+    raise AssertionError(
+        f"job {job_id} never had {measured_at_least} trials measured and one running:\n{server.log()}"
+    )
 
 
 @pytest.mark.slow
@@ -73,8 +74,7 @@ def test_a_job_survives_kill_9_and_a_clean_shutdown(tmp_path) -> None:
     third = new_server("third").start()
     try:
         with third.client() as api:
-            job = wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed"), 240,
-                           "finished")
+            job = wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed"), 240, "finished")
             trials = trials_of(api, job_id)
     finally:
         third.stop()
@@ -93,15 +93,14 @@ def test_a_job_survives_kill_9_and_a_clean_shutdown(tmp_path) -> None:
     # a trial that finished in the instant before the stop is measured instead.
     for number in killed_running + shutdown_running:
         assert by_number[number]["status"] in ("interrupted", *MEASURED), by_number[number]
-    interrupted = [n for n in killed_running + shutdown_running
-                   if by_number[n]["status"] == "interrupted"]
+    interrupted = [n for n in killed_running + shutdown_running if by_number[n]["status"] == "interrupted"]
     assert interrupted
     # Each interrupted trial's config ran again once, later, to an outcome; a retry is a
     # trial of its own (it counts against the budget) and no retry is retried.
-    study = optuna.load_study(study_name=f"job-{job_id}",
-                              storage=f"sqlite:///{tmp_path / 'data' / 'autotuner.db'}")
-    retry_of = {t.number: t.user_attrs["retry_of"] for t in study.get_trials()
-                if "retry_of" in t.user_attrs}
+    study = optuna.load_study(
+        study_name=f"job-{job_id}", storage=f"sqlite:///{tmp_path / 'data' / 'autotuner.db'}"
+    )
+    retry_of = {t.number: t.user_attrs["retry_of"] for t in study.get_trials() if "retry_of" in t.user_attrs}
     # (every interrupted trial: a proposal not yet launched when the stop came is one too)
     every_interrupted = [n for n, t in by_number.items() if t["status"] == "interrupted"]
     assert sorted(retry_of.values()) == sorted(every_interrupted), (retry_of, every_interrupted)

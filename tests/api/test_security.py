@@ -27,14 +27,26 @@ TOKEN = "tok-" + secrets.token_hex(16)
 def _injections(marker_dir: Path) -> list[str]:
     """Strings that create a file in ``marker_dir`` if a shell ever evaluates them."""
     m = marker_dir
-    return [f"$(touch {m}/dollar)", f"; touch {m}/semicolon", f"`touch {m}/backtick`",
-            f"| touch {m}/pipe", f"&& touch {m}/and", f"\n touch {m}/newline",
-            f"' ; touch {m}/quote ; '"]
+    return [
+        f"$(touch {m}/dollar)",
+        f"; touch {m}/semicolon",
+        f"`touch {m}/backtick`",
+        f"| touch {m}/pipe",
+        f"&& touch {m}/and",
+        f"\n touch {m}/newline",
+        f"' ; touch {m}/quote ; '",
+    ]
 
 
 class Scene:
-    def __init__(self, server: Server, markers: Path, ray_tmp: Path, job: dict[str, Any],
-                 child_environs: dict[int, bytes]) -> None:
+    def __init__(
+        self,
+        server: Server,
+        markers: Path,
+        ray_tmp: Path,
+        job: dict[str, Any],
+        child_environs: dict[int, bytes],
+    ) -> None:
         self.server, self.markers, self.ray_tmp = server, markers, ray_tmp
         self.job, self.child_environs = job, child_environs
 
@@ -57,29 +69,42 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
     markers.mkdir()
     # Ray's sockets live under its temp dir: keep the path short.
     ray_tmp = Path(tempfile.mkdtemp(prefix="rt-"))
-    server = Server(base / "data", base / "server.log", AUTOTUNER_API_TOKEN=TOKEN,
-                    RAY_TMPDIR=str(ray_tmp)).start()
+    server = Server(
+        base / "data", base / "server.log", AUTOTUNER_API_TOKEN=TOKEN, RAY_TMPDIR=str(ray_tmp)
+    ).start()
     try:
         injections = _injections(markers)
         with server.client(token=TOKEN) as api, server.client(token=TOKEN[:-1] + "x") as wrong:
-            baselines = {text: {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2}
-                         for text in injections}
-            job_id = submit(api, train_job(name="shell-test", baselines=baselines,
-                                           budget={"max_trials": 1}))
+            baselines = {
+                text: {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2} for text in injections
+            }
+            job_id = submit(api, train_job(name="shell-test", baselines=baselines, budget={"max_trials": 1}))
             for text in injections:
                 in_header = text.replace("\n", " ")  # a header cannot hold a line break
-                for refused in (train_job(name=text), train_job(workload={"model": text}),
-                                train_job(search={text: 1})):
+                for refused in (
+                    train_job(name=text),
+                    train_job(workload={"model": text}),
+                    train_job(search={text: 1}),
+                ):
                     assert api.post("/v1/jobs", json=refused).status_code == 422
                 assert wrong.post("/v1/jobs", json=train_job()).status_code == 401
-                assert httpx.post(server.url + "/v1/jobs", json=train_job(), headers={
-                    "Authorization": f"Bearer {TOKEN} {in_header}"}).status_code == 401
+                assert (
+                    httpx.post(
+                        server.url + "/v1/jobs",
+                        json=train_job(),
+                        headers={"Authorization": f"Bearer {TOKEN} {in_header}"},
+                    ).status_code
+                    == 401
+                )
                 segment = quote(text, safe="")
                 for path in (f"/v1/jobs/{segment}", f"/v1/jobs/{job_id}/trials/{segment}/config"):
                     assert api.get(path).status_code in (404, 422)
                 assert api.get("/v1/jobs", params={"status": text}).status_code == 422
-                response = api.post("/v1/jobs", content=b"name: [x",  # never a valid job
-                                    headers={"Content-Type": f"application/yaml{in_header}"})
+                response = api.post(
+                    "/v1/jobs",
+                    content=b"name: [x",  # never a valid job
+                    headers={"Content-Type": f"application/yaml{in_header}"},
+                )
                 assert response.status_code in (415, 422)
             # While the job's trial runs: what its processes inherited.
             environs: dict[int, bytes] = {}

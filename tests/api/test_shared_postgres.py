@@ -21,17 +21,26 @@ pytestmark = pytest.mark.postgres
 
 @pytest.mark.slow
 def test_two_services_on_one_postgres_run_every_job_and_trial_once(tmp_path, postgres_url):
-    servers = [Server(tmp_path / f"data{n}", tmp_path / f"server{n}.log",
-                      AUTOTUNER_API_TOKEN=TOKEN, AUTOTUNER_DATABASE_URL=postgres_url)
-               for n in range(2)]
+    servers = [
+        Server(
+            tmp_path / f"data{n}",
+            tmp_path / f"server{n}.log",
+            AUTOTUNER_API_TOKEN=TOKEN,
+            AUTOTUNER_DATABASE_URL=postgres_url,
+        )
+        for n in range(2)
+    ]
     try:
         for server in servers:
             server.start()
         with servers[0].client() as api:
-            job_ids = [submit(api, train_job(name=f"shared-{n}", budget={"max_trials": TRIALS}))
-                       for n in range(JOBS)]
-            jobs = [wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed"), 300,
-                             "finished") for job_id in job_ids]
+            job_ids = [
+                submit(api, train_job(name=f"shared-{n}", budget={"max_trials": TRIALS})) for n in range(JOBS)
+            ]
+            jobs = [
+                wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed"), 300, "finished")
+                for job_id in job_ids
+            ]
             trials = {job_id: trials_of(api, job_id) for job_id in job_ids}
     finally:
         for server in servers:

@@ -27,15 +27,26 @@ def ray_local():
 
     if not ray.is_initialized():
         # "local": a cluster of this test's own, never one a `ray start` left on the machine.
-        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        ray.init(
+            address="local",
+            num_cpus=os.cpu_count() or 2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     yield ray
     ray.shutdown()
 
 
 def run_cli(args: list[str], env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "autotuner.cli", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture

@@ -28,10 +28,18 @@ def main(argv: list[str]) -> int:
     started = time.time()
     time.sleep(HOLD_S)
     tp = spec["rollout"]["tensor_model_parallel_size"]
-    result = {"trial_id": spec["trial_id"], "status": "ok", "device": "stand-in GPU",
-              "metrics": {"throughput_tokens_per_s_per_gpu": 1000.0 + 100 * tp,
-                          "peak_memory_gib": 40.0 + tp, "trial_ranks": spec["trial_gpus"],
-                          "standin_started_at": started, "standin_ended_at": time.time()}}
+    result = {
+        "trial_id": spec["trial_id"],
+        "status": "ok",
+        "device": "stand-in GPU",
+        "metrics": {
+            "throughput_tokens_per_s_per_gpu": 1000.0 + 100 * tp,
+            "peak_memory_gib": 40.0 + tp,
+            "trial_ranks": spec["trial_gpus"],
+            "standin_started_at": started,
+            "standin_ended_at": time.time(),
+        },
+    }
     Path(args.out).write_text(json.dumps(result))
     return 0
 

@@ -18,14 +18,26 @@ from .conftest import run_cli, write_job
 
 JOB = {
     "name": "cli-e2e",
-    "workload": {"model": "tiny", "dtype": "float32", "phases": "both",
-                 "prompt_length": {"kind": "uniform", "low": 8, "high": 32},
-                 "response_length": {"kind": "lognormal", "median": 24, "max": 48},
-                 "max_prompt_length": 32, "max_response_length": 48,
-                 "train_batch_size": 8, "n": 2, "ppo_mini_batch_size": 4},
+    "workload": {
+        "model": "tiny",
+        "dtype": "float32",
+        "phases": "both",
+        "prompt_length": {"kind": "uniform", "low": 8, "high": 32},
+        "response_length": {"kind": "lognormal", "median": 24, "max": 48},
+        "max_prompt_length": 32,
+        "max_response_length": 48,
+        "train_batch_size": 8,
+        "n": 2,
+        "ppo_mini_batch_size": 4,
+    },
     "cluster": {"device": "cpu", "device_memory_gib": 2},
-    "search": {R + "enforce_eager": True, R + "max_num_seqs": 8, R + "gpu_memory_utilization": 0.5,
-               R + "max_num_batched_tokens": 1024, A + "use_dynamic_bsz": False},
+    "search": {
+        R + "enforce_eager": True,
+        R + "max_num_seqs": 8,
+        R + "gpu_memory_utilization": 0.5,
+        R + "max_num_batched_tokens": 1024,
+        A + "use_dynamic_bsz": False,
+    },
     "budget": {"max_trials": 2, "trial_timeout_s": 240},
     "sampler": "random",
 }
@@ -58,8 +70,7 @@ def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> No
     assert second.metrics["rollout_reused_from_trial"] == 0  # no second engine start
     # The engine's own start-up timings are kept from the trial's log, for the trial that
     # started one.
-    assert any("init engine" in line and "took" in line for line in first.timing_lines), (
-        first.timing_lines)
+    assert any("init engine" in line and "took" in line for line in first.timing_lines), first.timing_lines
     assert not any("init engine" in line for line in second.timing_lines), second.timing_lines
 
     job_id = re.search(r"job ([0-9a-f]{32})", text).group(1)
@@ -86,8 +97,15 @@ def test_a_bad_job_file_fails_fast_with_the_field(tmp_path, cli_env) -> None:
 def test_models_lists_the_catalog(cli_env) -> None:
     done = run_cli(["models"], cli_env, timeout=120)
     assert done.returncode == 0
-    for name in ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b", "qwen2-7b", "llama-3.1-8b",
-                 "qwen3-8b", "tiny"):
+    for name in (
+        "qwen2.5-0.5b",
+        "qwen2.5-1.5b",
+        "qwen2.5-7b",
+        "qwen2-7b",
+        "llama-3.1-8b",
+        "qwen3-8b",
+        "tiny",
+    ):
         assert name in done.stdout
 
 

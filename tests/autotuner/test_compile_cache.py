@@ -31,16 +31,26 @@ def test_every_trial_process_gets_the_same_compile_cache_dirs(tmp_path, monkeypa
     settings = Settings(data_dir=tmp_path / "data")
     env = settings.trial_env()
     root = tmp_path / "data" / "compile-cache"
-    assert env == {"VLLM_CACHE_ROOT": str(root / "vllm"),
-                   "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-                   "TRITON_CACHE_DIR": str(root / "triton")}
+    assert env == {
+        "VLLM_CACHE_ROOT": str(root / "vllm"),
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+    }
     assert Settings(compile_cache_dir=tmp_path / "elsewhere").trial_env()["VLLM_CACHE_ROOT"] == str(
-        tmp_path / "elsewhere" / "vllm")
+        tmp_path / "elsewhere" / "vllm"
+    )
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    seen = {launch_trial(TrialSpec(trial_id=f"t{k}", model_name="m", model_config={}, device="cpu"),
-                         timeout_s=30, python=str(fake), env=env).error_message for k in range(2)}
+    seen = {
+        launch_trial(
+            TrialSpec(trial_id=f"t{k}", model_name="m", model_config={}, device="cpu"),
+            timeout_s=30,
+            python=str(fake),
+            env=env,
+        ).error_message
+        for k in range(2)
+    }
     assert seen == {"|".join(env[name] for name in CACHE_VARS)}
     assert RayExecutor(trial_env=env).trial_env == env
 

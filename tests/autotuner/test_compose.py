@@ -34,14 +34,32 @@ def landscape() -> Landscape:
     return Landscape.load(H200)
 
 
-def _rec(number: int, gmu: float, micro: int, engine_s: float, actor_s: float,
-         offload: bool = False, tokens_per_gpu: float = 1.0e6) -> TrialRecord:
-    timings = {"startup": 60.0, "rollout": engine_s - 2.0, "engine_sleep": 1.0, "engine_wake": 1.0,
-               "old_log_prob": actor_s / 4, "ref_log_prob": actor_s / 4, "update_actor": actor_s / 2,
-               "actor_reload": 0.0}
-    return TrialRecord(number, "ok", config={GMU: gmu, MICRO: micro, OFFLOAD: offload},
-                       metrics={THROUGHPUT: tokens_per_gpu / (engine_s + actor_s)},
-                       phase_timings_s=timings)
+def _rec(
+    number: int,
+    gmu: float,
+    micro: int,
+    engine_s: float,
+    actor_s: float,
+    offload: bool = False,
+    tokens_per_gpu: float = 1.0e6,
+) -> TrialRecord:
+    timings = {
+        "startup": 60.0,
+        "rollout": engine_s - 2.0,
+        "engine_sleep": 1.0,
+        "engine_wake": 1.0,
+        "old_log_prob": actor_s / 4,
+        "ref_log_prob": actor_s / 4,
+        "update_actor": actor_s / 2,
+        "actor_reload": 0.0,
+    }
+    return TrialRecord(
+        number,
+        "ok",
+        config={GMU: gmu, MICRO: micro, OFFLOAD: offload},
+        metrics={THROUGHPUT: tokens_per_gpu / (engine_s + actor_s)},
+        phase_timings_s=timings,
+    )
 
 
 def test_the_phase_lists_cover_a_step() -> None:
@@ -50,8 +68,10 @@ def test_the_phase_lists_cover_a_step() -> None:
 
 
 def test_a_measured_engine_side_and_a_measured_train_side_compose_into_the_unmeasured_best() -> None:
-    recs = [_rec(0, 0.5, 4, engine_s=60.0, actor_s=100.0),   # slow engine, fast training
-            _rec(1, 0.8, 16, engine_s=40.0, actor_s=150.0)]  # fast engine, slow training
+    recs = [
+        _rec(0, 0.5, 4, engine_s=60.0, actor_s=100.0),  # slow engine, fast training
+        _rec(1, 0.8, 16, engine_s=40.0, actor_s=150.0),
+    ]  # fast engine, slow training
     best = best_composition(recs, SEARCHED, set(), config_key)
     assert best is not None and (best.engine_from, best.actor_from) == (1, 0)
     assert best.params == {GMU: 0.8, MICRO: 4, OFFLOAD: False}
@@ -59,8 +79,10 @@ def test_a_measured_engine_side_and_a_measured_train_side_compose_into_the_unmea
     # once run (or excluded), the other unmeasured combination is next
     nxt = best_composition(recs, SEARCHED, {config_key(best.params)}, config_key)
     assert nxt is not None and nxt.params == {GMU: 0.5, MICRO: 16, OFFLOAD: False}
-    assert best_composition(recs, SEARCHED, {config_key(best.params), config_key(nxt.params)},
-                            config_key) is None
+    assert (
+        best_composition(recs, SEARCHED, {config_key(best.params), config_key(nxt.params)}, config_key)
+        is None
+    )
 
 
 def test_sides_with_a_different_actor_offload_do_not_compose() -> None:
@@ -73,8 +95,9 @@ def test_failed_runs_and_runs_without_both_sides_do_not_compose() -> None:
     oom.status = "oom"
     train_only = _rec(1, 0.8, 16, 40.0, 150.0)
     train_only.phase_timings_s = {p: v for p, v in train_only.phase_timings_s.items() if p in ACTOR_PHASES}
-    assert best_composition([_rec(2, 0.5, 4, 60.0, 100.0), oom, train_only], SEARCHED, set(),
-                            config_key) is None
+    assert (
+        best_composition([_rec(2, 0.5, 4, 60.0, 100.0), oom, train_only], SEARCHED, set(), config_key) is None
+    )
 
 
 def test_the_next_engine_side_is_untried_and_paired_with_the_best_train_side() -> None:
@@ -92,13 +115,22 @@ def _replayed(landscape: Landscape, seed: int, **budget):
     data["budget"] |= {"max_trials": len(landscape.points), "max_minutes": 7 * 24 * 60, **budget}
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
-    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(),
-                                directions=[o.resolved_direction for o in spec.objectives],
-                                sampler=make_sampler(spec.sampler, spec.seed))
+    study = optuna.create_study(
+        storage=optuna.storages.InMemoryStorage(),
+        directions=[o.resolved_direction for o in spec.objectives],
+        sampler=make_sampler(spec.sampler, spec.seed),
+    )
     executor = ReplayExecutor(landscape)
-    runner = StudyRunner(spec, study, space, executor, landscape.device, landscape.memory_cap_gib,
-                         memory_model=StudyRunner.default_memory_model(spec, space, landscape.memory_cap_gib),
-                         infer_feasibility=True)
+    runner = StudyRunner(
+        spec,
+        study,
+        space,
+        executor,
+        landscape.device,
+        landscape.memory_cap_gib,
+        memory_model=StudyRunner.default_memory_model(spec, space, landscape.memory_cap_gib),
+        infer_feasibility=True,
+    )
     runner.enqueue_baseline()
     return runner, study, executor
 
@@ -114,7 +146,8 @@ def _cost_to_best(landscape: Landscape, executor: ReplayExecutor) -> float:
 
 
 def test_on_the_h200_landscape_the_study_composes_its_way_to_the_best_in_a_quarter_of_the_grid(
-        landscape) -> None:
+    landscape,
+) -> None:
     grid = sum(p.runs[0].wall_s for p in landscape.points)
     costs = []
     for seed in range(5):
@@ -212,19 +245,26 @@ class _SlowReplay(ReplayExecutor):
 def _four_configs(landscape: Landscape, tmp_path, executor: ReplayExecutor):
     data = landscape.spec.model_dump(mode="json")
     data["search"] |= {MICRO: {"fixed": 4}, LOG_PROB: {"fixed": 4}}
-    data["budget"] |= {"max_trials": 6, "max_concurrent_trials": 4, "patience_trials": 0,
-                       "remeasure_finalists": 0, "compose_phases": False}
+    data["budget"] |= {
+        "max_trials": 6,
+        "max_concurrent_trials": 4,
+        "patience_trials": 0,
+        "remeasure_finalists": 0,
+        "compose_phases": False,
+    }
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
     assert len(space.grid()) == 4
     study = open_study(spec, "in-flight", f"sqlite:///{tmp_path / 'db.sqlite'}")
-    runner = StudyRunner(spec, study, space, executor, landscape.device,
-                         landscape.memory_cap_gib, infer_feasibility=False)
+    runner = StudyRunner(
+        spec, study, space, executor, landscape.device, landscape.memory_cap_gib, infer_feasibility=False
+    )
     return runner, study
 
 
 def test_a_small_space_ends_once_every_config_is_measured_without_duplicate_proposals(
-        landscape, tmp_path) -> None:
+    landscape, tmp_path
+) -> None:
     """Four configs, four trials at once, six allowed: the loop stops proposing once all
     four are in flight and ends when they are measured, with a few duplicate records at most
     (a proposal equal to a trial in flight makes it wait for a result); it used to ask the

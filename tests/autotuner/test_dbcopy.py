@@ -25,8 +25,7 @@ def _source(url: str) -> None:
     store.update_progress(done.id, 2, result_json='{"best": 1}')
     store.finish(done.id, "failed", stop_reason="circuit breaker: x", error="x")
     store.claim(running.id, "host:2")
-    study = optuna.create_study(study_name=done.study_name, storage=url,
-                                directions=["maximize", "minimize"])
+    study = optuna.create_study(study_name=done.study_name, storage=url, directions=["maximize", "minimize"])
     ok = study.ask()
     ok.suggest_int("micro", 1, 8)
     ok.set_user_attr("config", {"micro": ok.params["micro"]})
@@ -41,8 +40,10 @@ def _source(url: str) -> None:
 
 def _trials(url: str, name: str) -> list[tuple]:
     study = optuna.load_study(study_name=name, storage=url)
-    return [(t.number, t.state, t.params, t.values, t.user_attrs, t.system_attrs,
-             t.distributions) for t in study.get_trials()]
+    return [
+        (t.number, t.state, t.params, t.values, t.user_attrs, t.system_attrs, t.distributions)
+        for t in study.get_trials()
+    ]
 
 
 def test_a_database_is_copied_whole(tmp_path, database_url) -> None:
@@ -56,8 +57,12 @@ def test_a_database_is_copied_whole(tmp_path, database_url) -> None:
     name = next(j.study_name for j in before if j.name == "a")
     copied = _trials(database_url, name)
     assert copied == _trials(source, name)
-    assert [t[1] for t in copied] == [TrialState.COMPLETE, TrialState.FAIL, TrialState.RUNNING,
-                                      TrialState.WAITING]
+    assert [t[1] for t in copied] == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.RUNNING,
+        TrialState.WAITING,
+    ]
     # A second copy into the same database is refused, and changes nothing.
     with pytest.raises(optuna.exceptions.DuplicatedStudyError):
         copy_database(source, database_url)

@@ -34,26 +34,43 @@ def _second_python(tmp_path: Path) -> tuple[Path, Path]:
     notes file, then runs it: (the wrapper, the notes)."""
     notes = tmp_path / "python-calls"
     wrapper = tmp_path / "sglang-python"
-    wrapper.write_text(f'#!/bin/sh\nprintf "%s | %s\\n" "$*" "$PYTHONPATH" >> "{notes}"\n'
-                       f'exec "{sys.executable}" "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nprintf "%s | %s\\n" "$*" "$PYTHONPATH" >> "{notes}"\nexec "{sys.executable}" "$@"\n'
+    )
     wrapper.chmod(0o755)
     return wrapper, notes
 
 
 def _sglang_trial(trial_id: str) -> TrialSpec:
-    return TrialSpec(trial_id=trial_id, model_name="qwen2.5-0.5b", model_config=QWEN_05B,
-                     device="cpu", phases=["rollout"], rollout=RolloutKnobs(engine="sglang"),
-                     prompt_lengths=[16] * 4, response_lengths=[16] * 4, device_memory_cap_gib=2.0)
+    return TrialSpec(
+        trial_id=trial_id,
+        model_name="qwen2.5-0.5b",
+        model_config=QWEN_05B,
+        device="cpu",
+        phases=["rollout"],
+        rollout=RolloutKnobs(engine="sglang"),
+        prompt_lengths=[16] * 4,
+        response_lengths=[16] * 4,
+        device_memory_cap_gib=2.0,
+    )
 
 
 def _job(engine: str, device: str):
-    return parse_job_spec({
-        "name": f"{engine}-{device}",
-        "workload": {"model": "qwen2.5-0.5b", "engine": engine, "phases": "rollout",
-                     "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
-        "cluster": {"device": device, "device_memory_gib": 8},
-        "budget": {"max_trials": 2},
-    })
+    return parse_job_spec(
+        {
+            "name": f"{engine}-{device}",
+            "workload": {
+                "model": "qwen2.5-0.5b",
+                "engine": engine,
+                "phases": "rollout",
+                "train_batch_size": 8,
+                "n": 1,
+                "ppo_mini_batch_size": 4,
+            },
+            "cluster": {"device": device, "device_memory_gib": 8},
+            "budget": {"max_trials": 2},
+        }
+    )
 
 
 def test_settings_name_each_engines_environment(monkeypatch, tmp_path) -> None:
@@ -70,19 +87,24 @@ def test_settings_name_each_engines_environment(monkeypatch, tmp_path) -> None:
     assert Settings().python_for("vllm") == "/usr/bin/python3"  # the default of every engine
     assert Settings().python_for("sglang") == "/opt/sglang/bin/python"
     monkeypatch.setenv("AUTOTUNER_ENGINE_PYTHON__TGI", "/opt/tgi/bin/python")
-    with pytest.raises(ValidationError, match="AUTOTUNER_ENGINE_PYTHON__TGI: unknown engine 'tgi'; "
-                                              "engines: sglang, vllm"):
+    with pytest.raises(
+        ValidationError, match="AUTOTUNER_ENGINE_PYTHON__TGI: unknown engine 'tgi'; engines: sglang, vllm"
+    ):
         Settings()
 
 
 def test_an_sglang_trial_runs_under_the_sglang_environment(tmp_path) -> None:
     wrapper, notes = _second_python(tmp_path)
-    settings = Settings(data_dir=tmp_path, engine_python={"sglang": str(wrapper)},
-                        engine_pythonpath={"sglang": str(STAND_IN)})
+    settings = Settings(
+        data_dir=tmp_path, engine_python={"sglang": str(wrapper)}, engine_pythonpath={"sglang": str(STAND_IN)}
+    )
     assert settings.python_for("vllm") is None  # vLLM's trials keep the tuner's Python
-    result = launch_trial(_sglang_trial("in-its-env"), timeout_s=120,
-                          python=settings.python_for("sglang") or "",
-                          env=settings.trial_env_for("sglang"))
+    result = launch_trial(
+        _sglang_trial("in-its-env"),
+        timeout_s=120,
+        python=settings.python_for("sglang") or "",
+        env=settings.trial_env_for("sglang"),
+    )
     calls = notes.read_text().splitlines()
     # The launcher looked for the engine, then ran the trial, both with that interpreter and
     # that package folder instead of the inherited PYTHONPATH (this repository first).
@@ -122,8 +144,9 @@ def test_a_job_whose_engine_is_missing_fails_before_any_trial(tmp_path) -> None:
 
 def test_the_check_follows_the_configured_environment_and_the_device(tmp_path) -> None:
     wrapper, notes = _second_python(tmp_path)
-    ready = Settings(data_dir=tmp_path, engine_python={"sglang": str(wrapper)},
-                     engine_pythonpath={"sglang": str(STAND_IN)})
+    ready = Settings(
+        data_dir=tmp_path, engine_python={"sglang": str(wrapper)}, engine_pythonpath={"sglang": str(STAND_IN)}
+    )
     check_engine_environment(_job("sglang", "cuda"), "cuda", ready)
     assert " sglang | " in notes.read_text()
     with pytest.raises(EngineUnavailableError, match="sglang runs on CUDA GPUs only"):

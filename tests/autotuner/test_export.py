@@ -28,47 +28,90 @@ SGLANG_CHUNK = R + "engine_kwargs.sglang.chunked_prefill_size"
 
 # Keys of verl v0.9.0's ppo_trainer YAML (../shared/reference/verl-knobs.md sections 1, 2, 3c, 9).
 VERL_V090_YAML_KEYS = {
-    "data.train_batch_size", "data.max_prompt_length", "data.max_response_length",
-    "trainer.n_gpus_per_node", "trainer.nnodes",
-    "actor_rollout_ref.model.path", "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "data.train_batch_size",
+    "data.max_prompt_length",
+    "data.max_response_length",
+    "trainer.n_gpus_per_node",
+    "trainer.nnodes",
+    "actor_rollout_ref.model.path",
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
     "actor_rollout_ref.model.enable_activation_offload",
-    "actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.model.use_fused_kernels",
+    "actor_rollout_ref.model.use_remove_padding",
+    "actor_rollout_ref.model.use_fused_kernels",
     "actor_rollout_ref.model.use_liger",
-    A + "strategy", A + "ppo_mini_batch_size", A + "ppo_micro_batch_size_per_gpu",
-    A + "use_dynamic_bsz", A + "ppo_max_token_len_per_gpu", A + "use_kl_loss",
-    A + "ulysses_sequence_parallel_size", A + "entropy_from_logits_with_chunking",
-    A + "entropy_checkpointing", A + "use_torch_compile", A + "pad_to_length",
-    A + "fsdp_config.param_offload", A + "fsdp_config.optimizer_offload",
-    A + "fsdp_config.offload_policy", A + "fsdp_config.forward_prefetch",
-    A + "fsdp_config.fsdp_size", A + "fsdp_config.reshard_after_forward",
+    A + "strategy",
+    A + "ppo_mini_batch_size",
+    A + "ppo_micro_batch_size_per_gpu",
+    A + "use_dynamic_bsz",
+    A + "ppo_max_token_len_per_gpu",
+    A + "use_kl_loss",
+    A + "ulysses_sequence_parallel_size",
+    A + "entropy_from_logits_with_chunking",
+    A + "entropy_checkpointing",
+    A + "use_torch_compile",
+    A + "pad_to_length",
+    A + "fsdp_config.param_offload",
+    A + "fsdp_config.optimizer_offload",
+    A + "fsdp_config.offload_policy",
+    A + "fsdp_config.forward_prefetch",
+    A + "fsdp_config.fsdp_size",
+    A + "fsdp_config.reshard_after_forward",
     A + "fsdp_config.model_dtype",
-    REF + "log_prob_micro_batch_size_per_gpu", REF + "log_prob_use_dynamic_bsz",
-    REF + "log_prob_max_token_len_per_gpu", REF + "fsdp_config.param_offload",
-    R + "name", R + "mode", R + "gpu_memory_utilization", R + "max_num_batched_tokens",
-    R + "max_num_seqs", R + "max_model_len", R + "tensor_model_parallel_size",
-    R + "data_parallel_size", R + "expert_parallel_size", R + "pipeline_model_parallel_size",
-    R + "enforce_eager", R + "cudagraph_capture_sizes", R + "free_cache_engine",
-    R + "enable_chunked_prefill", R + "enable_prefix_caching",
-    R + "log_prob_micro_batch_size_per_gpu", R + "log_prob_use_dynamic_bsz",
-    R + "log_prob_max_token_len_per_gpu", R + "n", R + "prompt_length", R + "response_length",
-    R + "load_format", R + "calculate_log_probs", R + "multi_stage_wake_up",
-    R + "agent.num_workers", R + "checkpoint_engine.update_weights_bucket_megabytes",
+    REF + "log_prob_micro_batch_size_per_gpu",
+    REF + "log_prob_use_dynamic_bsz",
+    REF + "log_prob_max_token_len_per_gpu",
+    REF + "fsdp_config.param_offload",
+    R + "name",
+    R + "mode",
+    R + "gpu_memory_utilization",
+    R + "max_num_batched_tokens",
+    R + "max_num_seqs",
+    R + "max_model_len",
+    R + "tensor_model_parallel_size",
+    R + "data_parallel_size",
+    R + "expert_parallel_size",
+    R + "pipeline_model_parallel_size",
+    R + "enforce_eager",
+    R + "cudagraph_capture_sizes",
+    R + "free_cache_engine",
+    R + "enable_chunked_prefill",
+    R + "enable_prefix_caching",
+    R + "log_prob_micro_batch_size_per_gpu",
+    R + "log_prob_use_dynamic_bsz",
+    R + "log_prob_max_token_len_per_gpu",
+    R + "n",
+    R + "prompt_length",
+    R + "response_length",
+    R + "load_format",
+    R + "calculate_log_probs",
+    R + "multi_stage_wake_up",
+    R + "agent.num_workers",
+    R + "checkpoint_engine.update_weights_bucket_megabytes",
 }
 # Dataclass-only keys: real, but Hydra needs "+key=value" (verl-knobs.md section 0).
 VERL_V090_PLUS_KEYS = {
-    R + "enable_sleep_mode", R + "repetition_penalty", R + "limit_images",
-    R + "standalone_gpu_memory_utilization", R + "moe_tensor_parallel_size",
-    A + "ppo_infer_micro_batch_size_per_gpu", A + "ppo_infer_max_token_len_per_gpu",
-    A + "fsdp_config.use_dynamic_bsz", A + "fsdp_config.micro_batch_size_per_gpu",
-    A + "fsdp_config.max_token_len_per_gpu", A + "fsdp_config.grad_offload",
+    R + "enable_sleep_mode",
+    R + "repetition_penalty",
+    R + "limit_images",
+    R + "standalone_gpu_memory_utilization",
+    R + "moe_tensor_parallel_size",
+    A + "ppo_infer_micro_batch_size_per_gpu",
+    A + "ppo_infer_max_token_len_per_gpu",
+    A + "fsdp_config.use_dynamic_bsz",
+    A + "fsdp_config.micro_batch_size_per_gpu",
+    A + "fsdp_config.max_token_len_per_gpu",
+    A + "fsdp_config.grad_offload",
     A + "fsdp_config.mixed_precision",
     # Raw engine arguments, merged last by verl (section 1, engine_kwargs; section 0: "+").
     R + "engine_kwargs.sglang.chunked_prefill_size",
 }
 MICRO_KEYS = [A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"]
 TOKEN_KEYS = [A + "ppo_max_token_len_per_gpu", R + "log_prob_max_token_len_per_gpu"]
-DEPRECATED_GLOBAL_KEYS = {A + "ppo_micro_batch_size", R + "log_prob_micro_batch_size",
-                          REF + "log_prob_micro_batch_size"}
+DEPRECATED_GLOBAL_KEYS = {
+    A + "ppo_micro_batch_size",
+    R + "log_prob_micro_batch_size",
+    REF + "log_prob_micro_batch_size",
+}
 HEADER = {
     "trial": 17,
     "device": "NVIDIA H100 80GB HBM3",
@@ -83,22 +126,47 @@ HEADER = {
 
 
 def _spec(model: str, gpus: int, nnodes: int = 1, **workload: Any) -> JobSpec:
-    return JobSpec(name="export-test", workload=Workload(model=model, **workload),
-                   cluster=Cluster(n_gpus_per_node=gpus, nnodes=nnodes))
+    return JobSpec(
+        name="export-test",
+        workload=Workload(model=model, **workload),
+        cluster=Cluster(n_gpus_per_node=gpus, nnodes=nnodes),
+    )
 
 
 WORKLOADS = {
-    "1gpu-n1-kl-vllm": _spec("tiny", 1, n=1, use_kl_loss=True, train_batch_size=32,
-                             ppo_mini_batch_size=16),
-    "4gpu-n8-nokl-vllm": _spec("qwen2.5-0.5b", 4, n=8, use_kl_loss=False, train_batch_size=64,
-                               ppo_mini_batch_size=32, max_prompt_length=1024,
-                               max_response_length=2048),
-    "8gpu-n8-kl-sglang": _spec("llama-3.1-8b", 8, n=8, use_kl_loss=True, engine="sglang",
-                               train_batch_size=128, ppo_mini_batch_size=32),
-    "2x4gpu-n1-nokl-sglang": _spec("qwen2.5-7b", 4, nnodes=2, n=1, use_kl_loss=False,
-                                   engine="sglang", train_batch_size=64, ppo_mini_batch_size=16),
-    "8gpu-n8-kl-vllm-rollout-only": _spec("qwen3-8b", 8, n=8, use_kl_loss=True, phases="rollout",
-                                          train_batch_size=64, ppo_mini_batch_size=64),
+    "1gpu-n1-kl-vllm": _spec("tiny", 1, n=1, use_kl_loss=True, train_batch_size=32, ppo_mini_batch_size=16),
+    "4gpu-n8-nokl-vllm": _spec(
+        "qwen2.5-0.5b",
+        4,
+        n=8,
+        use_kl_loss=False,
+        train_batch_size=64,
+        ppo_mini_batch_size=32,
+        max_prompt_length=1024,
+        max_response_length=2048,
+    ),
+    "8gpu-n8-kl-sglang": _spec(
+        "llama-3.1-8b",
+        8,
+        n=8,
+        use_kl_loss=True,
+        engine="sglang",
+        train_batch_size=128,
+        ppo_mini_batch_size=32,
+    ),
+    "2x4gpu-n1-nokl-sglang": _spec(
+        "qwen2.5-7b",
+        4,
+        nnodes=2,
+        n=1,
+        use_kl_loss=False,
+        engine="sglang",
+        train_batch_size=64,
+        ppo_mini_batch_size=16,
+    ),
+    "8gpu-n8-kl-vllm-rollout-only": _spec(
+        "qwen3-8b", 8, n=8, use_kl_loss=True, phases="rollout", train_batch_size=64, ppo_mini_batch_size=64
+    ),
 }
 
 
@@ -187,8 +255,7 @@ def test_every_sampled_config_exports_cleanly(name: str) -> None:
             assert (key in flat) == (not dynamic), key
         for key in TOKEN_KEYS:
             assert (key in flat) == dynamic, key
-        assert (REF + "log_prob_micro_batch_size_per_gpu" in flat) == (
-            not dynamic and w.use_kl_loss)
+        assert (REF + "log_prob_micro_batch_size_per_gpu" in flat) == (not dynamic and w.use_kl_loss)
         assert (REF + "log_prob_max_token_len_per_gpu" in flat) == (dynamic and w.use_kl_loss)
         if dynamic and w.use_kl_loss:
             assert flat[REF + "log_prob_max_token_len_per_gpu"] >= w.max_sequence_length
@@ -204,8 +271,7 @@ def test_every_sampled_config_exports_cleanly(name: str) -> None:
         assert (R + "max_num_batched_tokens" in flat) == (w.engine == "vllm")
         assert (SGLANG_CHUNK in flat) == (w.engine == "sglang")
         # Left to verl: interpolated or default keys.
-        for key in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz",
-                    R + "load_format"):
+        for key in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz", R + "load_format"):
             assert key not in flat
         assert flat.get(R + "enable_chunked_prefill") is not False
         assert violations(flat, w, spec.cluster, arch) == []
@@ -259,8 +325,7 @@ def test_header_names_job_trial_device_date_metrics_and_usage() -> None:
 def test_header_defaults_date_and_survives_newlines() -> None:
     spec = WORKLOADS["1gpu-n1-kl-vllm"]
     config = _sampled_configs(spec, count=5)[0]
-    header = {"trial": 3, "device": "gpu\ndata.train_batch_size: 1",
-              "metrics": {"step_time_s": 2.0}}
+    header = {"trial": 3, "device": "gpu\ndata.train_batch_size: 1", "metrics": {"step_time_s": 2.0}}
     text = to_yaml(config, spec, header)
     assert re.search(r"\d{4}-\d{2}-\d{2}", _header(text))
     assert load_exported_yaml(text) == verl_config(config, spec)
@@ -319,10 +384,14 @@ def test_max_num_seqs_is_emitted_even_when_absent() -> None:
 
 def test_stale_batching_keys_are_dropped() -> None:
     spec = WORKLOADS["1gpu-n1-kl-vllm"]
-    config = {A + "use_dynamic_bsz": True, A + "ppo_max_token_len_per_gpu": 2048,
-              R + "log_prob_max_token_len_per_gpu": 4096, A + "ppo_micro_batch_size_per_gpu": 4,
-              R + "log_prob_micro_batch_size_per_gpu": 4,
-              REF + "log_prob_micro_batch_size_per_gpu": 4}
+    config = {
+        A + "use_dynamic_bsz": True,
+        A + "ppo_max_token_len_per_gpu": 2048,
+        R + "log_prob_max_token_len_per_gpu": 4096,
+        A + "ppo_micro_batch_size_per_gpu": 4,
+        R + "log_prob_micro_batch_size_per_gpu": 4,
+        REF + "log_prob_micro_batch_size_per_gpu": 4,
+    }
     flat = verl_config(config, spec)
     assert not {k for k in flat if "micro_batch" in k}
     assert flat[REF + "log_prob_max_token_len_per_gpu"] == 4096
@@ -339,9 +408,20 @@ def test_unknown_key_is_refused() -> None:
 
 
 def _add_knob(monkeypatch: pytest.MonkeyPatch, path: str, plus: bool) -> None:
-    monkeypatch.setitem(knobs.KNOBS, path, Knob(
-        path, "bool", "rollout", "test knob", ("rollout", "x"), lambda ctx: [False, True], False,
-        hydra_plus=plus))
+    monkeypatch.setitem(
+        knobs.KNOBS,
+        path,
+        Knob(
+            path,
+            "bool",
+            "rollout",
+            "test knob",
+            ("rollout", "x"),
+            lambda ctx: [False, True],
+            False,
+            hydra_plus=plus,
+        ),
+    )
 
 
 def test_hydra_plus_and_value_formats(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -350,7 +430,8 @@ def test_hydra_plus_and_value_formats(monkeypatch: pytest.MonkeyPatch) -> None:
     _add_knob(monkeypatch, R + "free_cache_engine", plus=False)
     spec = WORKLOADS["1gpu-n1-kl-vllm"]
     config = _sampled_configs(spec, count=5)[0] | {
-        R + "enable_sleep_mode": False, R + "cudagraph_capture_sizes": [1, 2, 4],
+        R + "enable_sleep_mode": False,
+        R + "cudagraph_capture_sizes": [1, 2, 4],
         R + "free_cache_engine": None,
     }
     text = to_overrides(config, spec, HEADER)
@@ -371,17 +452,25 @@ def test_chunked_prefill_false_is_never_emitted(monkeypatch: pytest.MonkeyPatch)
     spec = WORKLOADS["1gpu-n1-kl-vllm"]
     config = _sampled_configs(spec, count=5)[0]
     assert R + "enable_chunked_prefill" not in verl_config(
-        config | {R + "enable_chunked_prefill": False}, spec)
-    assert verl_config(config | {R + "enable_chunked_prefill": True}, spec)[
-        R + "enable_chunked_prefill"] is True
+        config | {R + "enable_chunked_prefill": False}, spec
+    )
+    assert (
+        verl_config(config | {R + "enable_chunked_prefill": True}, spec)[R + "enable_chunked_prefill"] is True
+    )
 
 
 def test_ref_keys_are_dropped_without_kl_loss() -> None:
     spec = WORKLOADS["4gpu-n8-nokl-vllm"]
-    static = {A + "use_dynamic_bsz": False, A + "ppo_micro_batch_size_per_gpu": 4,
-              R + "log_prob_micro_batch_size_per_gpu": 4,
-              REF + "log_prob_micro_batch_size_per_gpu": 4}
+    static = {
+        A + "use_dynamic_bsz": False,
+        A + "ppo_micro_batch_size_per_gpu": 4,
+        R + "log_prob_micro_batch_size_per_gpu": 4,
+        REF + "log_prob_micro_batch_size_per_gpu": 4,
+    }
     assert not {k for k in verl_config(static, spec) if k.startswith(REF)}
-    dynamic = {A + "use_dynamic_bsz": True, A + "ppo_max_token_len_per_gpu": 4096,
-               R + "log_prob_max_token_len_per_gpu": 4096}
+    dynamic = {
+        A + "use_dynamic_bsz": True,
+        A + "ppo_max_token_len_per_gpu": 4096,
+        R + "log_prob_max_token_len_per_gpu": 4096,
+    }
     assert not {k for k in verl_config(dynamic, spec) if k.startswith(REF)}

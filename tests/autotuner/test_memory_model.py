@@ -35,8 +35,9 @@ def h200():
 
 def _errors_pct(model: MemoryModel, trial: TrialRecord) -> dict[str, float]:
     predicted = model.predict(trial.config).phases
-    return {p: 100 * (predicted[p] - m) / m for p, m in measured_phases(trial, True).items()
-            if p in predicted}
+    return {
+        p: 100 * (predicted[p] - m) / m for p, m in measured_phases(trial, True).items() if p in predicted
+    }
 
 
 def test_physics_alone_is_close_on_every_phase_the_trials_finished(h200) -> None:
@@ -85,8 +86,11 @@ def test_it_skips_the_measured_ooms_and_never_a_trial_that_fit(h200, calibrated)
 def test_micro_batch_128_is_predicted_far_beyond_the_gpu(h200) -> None:
     spec, arch, trials = h200
     model = MemoryModel(spec, arch, "cuda", H200_GIB)
-    (trial,) = [t for t in trials if t.config.get(A + "ppo_micro_batch_size_per_gpu") == 128
-                and t.phase == "update_actor"]
+    (trial,) = [
+        t
+        for t in trials
+        if t.config.get(A + "ppo_micro_batch_size_per_gpu") == 128 and t.phase == "update_actor"
+    ]
     prediction = model.predict(trial.config)
     # Micro-batch 128 of up to 2806-token response windows: ~100 GiB of bf16 logits alone
     # (the allocation the real trial failed on), then their fp32 copy and gradients.
@@ -104,9 +108,15 @@ def test_verl_defaults_fit_and_a_too_large_engine_budget_does_not(h200) -> None:
     assert refused.exceeds(0.0) is not None and refused.worst_check()[0] in ("startup", "wake")
 
 
-@pytest.mark.parametrize("knob", [R + "gpu_memory_utilization", A + "ppo_micro_batch_size_per_gpu",
-                                  R + "log_prob_micro_batch_size_per_gpu",
-                                  "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu"])
+@pytest.mark.parametrize(
+    "knob",
+    [
+        R + "gpu_memory_utilization",
+        A + "ppo_micro_batch_size_per_gpu",
+        R + "log_prob_micro_batch_size_per_gpu",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
+    ],
+)
 def test_every_phase_grows_with_a_memory_knob_the_rest_fixed(h200, knob) -> None:
     spec, arch, _ = h200
     space = SearchSpace.build(spec, arch, "cuda")
@@ -127,11 +137,18 @@ def test_every_phase_grows_with_a_memory_knob_the_rest_fixed(h200, knob) -> None
 
 
 def test_on_a_cpu_the_engine_is_checked_beside_the_actor() -> None:
-    spec = parse_job_spec({
-        "workload": {"model": "tiny", "dtype": "float32", "train_batch_size": 8, "n": 2,
-                     "ppo_mini_batch_size": 4},
-        "cluster": {"device": "cpu", "device_memory_gib": 2},
-    })
+    spec = parse_job_spec(
+        {
+            "workload": {
+                "model": "tiny",
+                "dtype": "float32",
+                "train_batch_size": 8,
+                "n": 2,
+                "ppo_mini_batch_size": 4,
+            },
+            "cluster": {"device": "cpu", "device_memory_gib": 2},
+        }
+    )
     arch = spec.validate_model()
     model = MemoryModel(spec, arch, "cpu", 2.0)
     config = SearchSpace.build(spec, arch, "cpu").baseline_config()
@@ -154,14 +171,18 @@ def test_the_fit_is_an_offset_until_three_trials_span_a_range() -> None:
 
 def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200) -> None:
     spec, arch, _ = h200
-    engines = {e: spec.model_copy(update={"workload": spec.workload.model_copy(update={"engine": e})})
-               for e in ("vllm", "sglang")}
+    engines = {
+        e: spec.model_copy(update={"workload": spec.workload.model_copy(update={"engine": e})})
+        for e in ("vllm", "sglang")
+    }
     startup, budgets = {}, {}
     for engine, job in engines.items():
         model = MemoryModel(job, arch, "cuda", H200_GIB)
         config = SearchSpace.build(job, arch, "cuda").baseline_config() | {
-            R + "gpu_memory_utilization": 0.9, A + "fsdp_config.param_offload": False,
-            A + "fsdp_config.optimizer_offload": False}
+            R + "gpu_memory_utilization": 0.9,
+            A + "fsdp_config.param_offload": False,
+            A + "fsdp_config.optimizer_offload": False,
+        }
         physics = model.physics_of(config)
         startup[engine], budgets[engine] = physics.phases["startup"], physics.components
     held = budgets["sglang"]["actor_gib"] + budgets["sglang"]["cuda_context_gib"]

@@ -31,8 +31,14 @@ def ray_with_4_gpus():
 
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(address="local", num_cpus=8, num_gpus=GPUS, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=8,
+        num_gpus=GPUS,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     yield ray
     ray.shutdown()
 
@@ -52,8 +58,9 @@ def train_only_spec(trial_id: str):
 def test_trials_of_mixed_tp_sizes_never_share_or_oversubscribe_the_gpus(ray_with_4_gpus):
     executor = RayExecutor()
     for i, tp in enumerate(TP_SIZES):
-        executor.submit(train_only_spec(f"pack-{i}-tp{tp}"), Resources(num_cpus=1, num_gpus=tp),
-                        timeout_s=300)
+        executor.submit(
+            train_only_spec(f"pack-{i}-tp{tp}"), Resources(num_cpus=1, num_gpus=tp), timeout_s=300
+        )
     results = []
     while executor.in_flight:
         results += executor.wait(timeout_s=5)
@@ -74,8 +81,7 @@ def test_trials_of_mixed_tp_sizes_never_share_or_oversubscribe_the_gpus(ray_with
     assert any(s1 < e2 and s2 < e1 for (s1, e1, _), (s2, e2, _) in itertools.combinations(runs, 2))
 
 
-def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(
-        ray_with_4_gpus, tmp_path):
+def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(ray_with_4_gpus, tmp_path):
     """A study on 4 (logical) GPUs whose space has TP 1/2/4/8: it never has more GPUs' worth
     of trials in flight than the cluster has, runs small ones side by side, and records a
     TP-8 proposal as invalid instead of leaving it in Ray's queue."""
@@ -87,11 +93,13 @@ def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(
     R = "actor_rollout_ref.rollout."
     doc = load_job_spec(REPO / "benchmarks/jobs/qwen2-7b-grpo-8gpu-tp.yaml").model_dump()
     doc["workload"]["model"] = "llama-3.1-8b"  # 32 heads: TP 8 is a valid config
-    doc.update(search={R + "tensor_model_parallel_size": {"choices": [1, 2, 4, 8]}},
-               baselines={f"tp{tp}": {R + "tensor_model_parallel_size": tp} for tp in (8, 4)},
-               sampler="random", memory_model={"enabled": False})
-    doc["budget"].update(max_trials=10, max_concurrent_trials=8, max_minutes=5,
-                         remeasure_finalists=0)
+    doc.update(
+        search={R + "tensor_model_parallel_size": {"choices": [1, 2, 4, 8]}},
+        baselines={f"tp{tp}": {R + "tensor_model_parallel_size": tp} for tp in (8, 4)},
+        sampler="random",
+        memory_model={"enabled": False},
+    )
+    doc["budget"].update(max_trials=10, max_concurrent_trials=8, max_minutes=5, remeasure_finalists=0)
     spec = parse_job_spec(doc)
     standin = tmp_path / "gpu-trial"
     standin.write_text(  # a trial goes to the stand-in; anything else (probes) to Python
@@ -99,12 +107,14 @@ def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(
         "if sys.argv[1:3] != ['-m', 'trials']:\n"
         "    os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
         f"sys.argv = [{str(STANDIN)!r}, *sys.argv[1:]]\n"
-        f"runpy.run_path({str(STANDIN)!r}, run_name='__main__')\n")
+        f"runpy.run_path({str(STANDIN)!r}, run_name='__main__')\n"
+    )
     standin.chmod(0o755)
     study = open_study(spec, "admission", f"sqlite:///{tmp_path / 'db.sqlite'}")
     space = SearchSpace.build(spec, spec.validate_model(), "cuda")
-    runner = StudyRunner(spec, study, space, RayExecutor(trial_python=str(standin)), "cuda",
-                         memory_cap_gib=None)
+    runner = StudyRunner(
+        spec, study, space, RayExecutor(trial_python=str(standin)), "cuda", memory_cap_gib=None
+    )
     runner.enqueue_baseline()  # verl's defaults (TP 1), then TP 8 and TP 4
     summary = runner.run()
     recs = records(study)

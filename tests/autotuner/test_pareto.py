@@ -22,8 +22,10 @@ def _objectives(directions: list[str]):
 
 
 def _at_least_as_good(a: Point, b: Point, directions: list[str]) -> list[bool]:
-    return [(x >= y) if d == "maximize" else (x <= y)
-            for x, y, d in zip(a.values, b.values, directions, strict=True)]
+    return [
+        (x >= y) if d == "maximize" else (x <= y)
+        for x, y, d in zip(a.values, b.values, directions, strict=True)
+    ]
 
 
 def _dominates(a: Point, b: Point, directions: list[str]) -> bool:

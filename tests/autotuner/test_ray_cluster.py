@@ -20,15 +20,22 @@ pytestmark = pytest.mark.postgres
 
 JOB = {
     "name": "on-a-cluster",
-    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                 "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
-                 "response_length": {"kind": "uniform", "low": 16, "high": 64},
-                 "max_prompt_length": 48, "max_response_length": 64,
-                 "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 8, "use_kl_loss": False},
+    "workload": {
+        "model": "tiny",
+        "dtype": "float32",
+        "phases": "train",
+        "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
+        "response_length": {"kind": "uniform", "low": 16, "high": 64},
+        "max_prompt_length": 48,
+        "max_response_length": 64,
+        "train_batch_size": 16,
+        "n": 2,
+        "ppo_mini_batch_size": 8,
+        "use_kl_loss": False,
+    },
     "cluster": {"device": "cpu"},
     # verl's defaults and one proposal, launched together: one per node.
-    "budget": {"max_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 180,
-               "remeasure_finalists": 0},
+    "budget": {"max_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 180, "remeasure_finalists": 0},
     "sampler": "random",
 }
 
@@ -38,8 +45,15 @@ def two_nodes():
     from ray.cluster_utils import Cluster
 
     store = 100 * 2**20
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "num_gpus": 0, "include_dashboard": False, "object_store_memory": store})
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "num_gpus": 0,
+            "include_dashboard": False,
+            "object_store_memory": store,
+        },
+    )
     try:
         cluster.add_node(num_cpus=1, num_gpus=0, object_store_memory=store)
         cluster.wait_for_nodes()
@@ -50,11 +64,11 @@ def two_nodes():
 
 @pytest.mark.slow
 def test_a_job_on_a_two_node_cluster_spreads_its_trials_and_records_them_in_postgres(
-        tmp_path, cli_env, two_nodes, postgres_url):
+    tmp_path, cli_env, two_nodes, postgres_url
+):
     nodes = {two_nodes.head_node.node_id} | {n.node_id for n in two_nodes.worker_nodes}
     assert len(nodes) == 2
-    env = cli_env | {"AUTOTUNER_RAY_ADDRESS": two_nodes.address,
-                     "AUTOTUNER_DATABASE_URL": postgres_url}
+    env = cli_env | {"AUTOTUNER_RAY_ADDRESS": two_nodes.address, "AUTOTUNER_DATABASE_URL": postgres_url}
     env.pop("AUTOTUNER_RAY_NUM_CPUS")
     job = write_job(tmp_path / "job.json", JOB)
 

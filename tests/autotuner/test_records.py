@@ -59,8 +59,9 @@ class WatchedStorage(optuna.storages.RDBStorage):
         super().set_trial_system_attr(trial_id, key, value)
         self.after_write(trial_id)
 
-    def set_trial_state_values(self, trial_id: int, state: TrialState,
-                               values: Sequence[float] | None = None) -> bool:
+    def set_trial_state_values(
+        self, trial_id: int, state: TrialState, values: Sequence[float] | None = None
+    ) -> bool:
         told = super().set_trial_state_values(trial_id, state, values)
         self.after_write(trial_id)
         return told
@@ -73,9 +74,12 @@ def _replayed_runner(storage: optuna.storages.BaseStorage, max_trials: int) -> S
     data = landscape.spec.model_dump(mode="json")
     data["budget"] |= {"max_trials": max_trials, "patience_trials": 0, "remeasure_finalists": 0}
     spec = JobSpec.model_validate(data)
-    study = optuna.create_study(study_name="replayed", storage=storage,
-                                directions=[o.resolved_direction for o in spec.objectives],
-                                sampler=make_sampler(spec.sampler, spec.seed))
+    study = optuna.create_study(
+        study_name="replayed",
+        storage=storage,
+        directions=[o.resolved_direction for o in spec.objectives],
+        sampler=make_sampler(spec.sampler, spec.seed),
+    )
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
     return StudyRunner(spec, study, space, ReplayExecutor(landscape), "cpu", landscape.memory_cap_gib)
 
@@ -100,8 +104,9 @@ def test_a_reader_never_sees_a_result_before_it_is_told(tmp_path) -> None:
     for trial_id, views in seen.items():
         *before_tell, told = views
         assert told == final[trial_id]
-        assert before_tell and all(v.status == "running" and v.values is None and not v.measured
-                                   for v in before_tell), [v.status for v in before_tell]
+        assert before_tell and all(
+            v.status == "running" and v.values is None and not v.measured for v in before_tell
+        ), [v.status for v in before_tell]
 
 
 def test_the_retry_of_an_interrupted_trial_names_it_in_its_record(tmp_path) -> None:

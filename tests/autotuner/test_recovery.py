@@ -30,8 +30,9 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def _study(tmp_path) -> optuna.Study:
-    return optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}",
-                               directions=["maximize"])
+    return optuna.create_study(
+        study_name="s", storage=f"sqlite:///{tmp_path / 'o.db'}", directions=["maximize"]
+    )
 
 
 def _cut_off(study: optuna.Study, x: int, **attrs) -> int:
@@ -71,16 +72,25 @@ def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_pa
     from autotuner.jobs import build_space
     from autotuner.space import SearchSpace
 
-    spec = parse_job_spec({
-        "name": "cut-off",
-        "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                     "prompt_length": {"kind": "fixed", "value": 16},
-                     "response_length": {"kind": "fixed", "value": 16},
-                     "max_prompt_length": 16, "max_response_length": 16,
-                     "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
-        "cluster": {"device": "cpu", "device_memory_gib": 2},
-        "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False},
-    })
+    spec = parse_job_spec(
+        {
+            "name": "cut-off",
+            "workload": {
+                "model": "tiny",
+                "dtype": "float32",
+                "phases": "train",
+                "prompt_length": {"kind": "fixed", "value": 16},
+                "response_length": {"kind": "fixed", "value": 16},
+                "max_prompt_length": 16,
+                "max_response_length": 16,
+                "train_batch_size": 8,
+                "n": 1,
+                "ppo_mini_batch_size": 4,
+            },
+            "cluster": {"device": "cpu", "device_memory_gib": 2},
+            "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False},
+        }
+    )
     space: SearchSpace = build_space(spec, "cpu", Settings(data_dir=tmp_path))
     study = _study(tmp_path)
     trial = study.ask()
@@ -98,8 +108,17 @@ def test_the_breaker_counts_identical_errors_in_a_row() -> None:
     breaker = RepeatedErrorBreaker(limit=3)
     same = TrialRecord(0, "error", error_type="ImportError", error_message="no vllm")
     other = TrialRecord(0, "error", error_type="ImportError", error_message="no sglang")
-    for record in (same, same, TrialRecord(0, "ok"), same, same,
-                   TrialRecord(0, "infra_error"), other, same, same):
+    for record in (
+        same,
+        same,
+        TrialRecord(0, "ok"),
+        same,
+        same,
+        TrialRecord(0, "infra_error"),
+        other,
+        same,
+        same,
+    ):
         breaker.see(record)
         assert not breaker.tripped
     breaker.see(same)
@@ -113,20 +132,32 @@ def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) 
     broken = tmp_path / "broken-site"
     (broken / "vllm").mkdir(parents=True)
     (broken / "vllm" / "__init__.py").write_text("raise ImportError('this vllm is broken')\n")
-    spec = parse_job_spec({
-        "name": "broken-engine",
-        "workload": {"model": "tiny", "dtype": "float32", "engine": "vllm", "phases": "rollout",
-                     "prompt_length": {"kind": "fixed", "value": 16},
-                     "response_length": {"kind": "fixed", "value": 16},
-                     "max_prompt_length": 16, "max_response_length": 16,
-                     "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
-        "cluster": {"device": "cpu", "device_memory_gib": 2},
-        "search": {R + "enforce_eager": True, R + "max_num_seqs": [2, 4, 8, 16, 32, 64]},
-        "budget": {"max_trials": 30, "trial_timeout_s": 120},
-        "sampler": "random", "seed": 0,
-    })
-    ctx = JobContext.open(Settings(data_dir=tmp_path / "data", ray_num_cpus=2,
-                                   engine_pythonpath={"vllm": str(broken)}))
+    spec = parse_job_spec(
+        {
+            "name": "broken-engine",
+            "workload": {
+                "model": "tiny",
+                "dtype": "float32",
+                "engine": "vllm",
+                "phases": "rollout",
+                "prompt_length": {"kind": "fixed", "value": 16},
+                "response_length": {"kind": "fixed", "value": 16},
+                "max_prompt_length": 16,
+                "max_response_length": 16,
+                "train_batch_size": 8,
+                "n": 1,
+                "ppo_mini_batch_size": 4,
+            },
+            "cluster": {"device": "cpu", "device_memory_gib": 2},
+            "search": {R + "enforce_eager": True, R + "max_num_seqs": [2, 4, 8, 16, 32, 64]},
+            "budget": {"max_trials": 30, "trial_timeout_s": 120},
+            "sampler": "random",
+            "seed": 0,
+        }
+    )
+    ctx = JobContext.open(
+        Settings(data_dir=tmp_path / "data", ray_num_cpus=2, engine_pythonpath={"vllm": str(broken)})
+    )
     job = ctx.submit(spec)
     ctx.store.claim(job.id, runner_id())
     summary = execute(ctx, job.id)
@@ -134,7 +165,8 @@ def test_every_trial_failing_alike_stops_the_job_as_failed(tmp_path, ray_local) 
     stored = ctx.store.get(job.id)
     assert stored.status == "failed", stored
     assert stored.stop_reason.startswith(
-        f"circuit breaker: {SAME_ERROR_IN_A_ROW} trials in a row failed with the same error")
+        f"circuit breaker: {SAME_ERROR_IN_A_ROW} trials in a row failed with the same error"
+    )
     assert "ImportError: this vllm is broken" in stored.error
     assert summary.stop_reason == stored.stop_reason
     study = optuna.load_study(study_name=job.study_name, storage=ctx.settings.resolved_database_url)

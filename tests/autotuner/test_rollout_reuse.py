@@ -21,11 +21,17 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def test_the_rollout_key_is_the_rollout_knobs_and_the_actor_offload():
-    base = {R + "gpu_memory_utilization": 0.5, R + "max_num_seqs": 256,
-            A + "ppo_micro_batch_size_per_gpu": 4, A + "fsdp_config.param_offload": False,
-            "actor_rollout_ref.model.enable_gradient_checkpointing": True}
-    same = base | {A + "ppo_micro_batch_size_per_gpu": 2,
-                   "actor_rollout_ref.model.enable_gradient_checkpointing": False}
+    base = {
+        R + "gpu_memory_utilization": 0.5,
+        R + "max_num_seqs": 256,
+        A + "ppo_micro_batch_size_per_gpu": 4,
+        A + "fsdp_config.param_offload": False,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+    }
+    same = base | {
+        A + "ppo_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": False,
+    }
     assert rollout_key(same) == rollout_key(base)
     assert rollout_key(base | {R + "max_num_seqs": 128}) != rollout_key(base)
     # Offloading the actor changes what is resident beside the engine when it starts.
@@ -41,14 +47,21 @@ def test_engine_seconds_are_the_span_from_engine_start_to_training():
 @pytest.mark.engine
 def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_path, ray_local):
     doc = load_job_spec(REPO / "autotuner/examples/demo.yaml").model_dump()
-    doc["search"] = {path: {"fixed": value} for path, value in {
-        R + "gpu_memory_utilization": 0.5, R + "max_num_batched_tokens": 1024,
-        R + "max_num_seqs": 64, R + "enforce_eager": True, A + "use_dynamic_bsz": False,
-        R + "log_prob_micro_batch_size_per_gpu": 8,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
-        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
-        A + "fsdp_config.param_offload": False, A + "fsdp_config.optimizer_offload": False,
-    }.items()} | {A + "ppo_micro_batch_size_per_gpu": {"choices": [2, 8]}}
+    doc["search"] = {
+        path: {"fixed": value}
+        for path, value in {
+            R + "gpu_memory_utilization": 0.5,
+            R + "max_num_batched_tokens": 1024,
+            R + "max_num_seqs": 64,
+            R + "enforce_eager": True,
+            A + "use_dynamic_bsz": False,
+            R + "log_prob_micro_batch_size_per_gpu": 8,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+            A + "fsdp_config.param_offload": False,
+            A + "fsdp_config.optimizer_offload": False,
+        }.items()
+    } | {A + "ppo_micro_batch_size_per_gpu": {"choices": [2, 8]}}
     doc["budget"].update(max_trials=2, max_minutes=10)
     doc["sampler"] = "random"
     spec = parse_job_spec(doc)
@@ -65,8 +78,9 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
     for key in ("rollout_makespan_s", "rollout_generated_tokens", "kv_cache_tokens"):
         assert m[key] == first.metrics[key], key
     assert second.phase_timings_s["rollout"] == first.phase_timings_s["rollout"]
-    assert m["step_time_s"] == pytest.approx(sum(
-        v for k, v in second.phase_timings_s.items() if k != "startup"))
+    assert m["step_time_s"] == pytest.approx(
+        sum(v for k, v in second.phase_timings_s.items() if k != "startup")
+    )
     micro = A + "ppo_micro_batch_size_per_gpu"
     assert second.config[micro] != first.config[micro]
     assert second.wall_s < first.wall_s - first.metrics["engine_startup_s"] / 2

@@ -27,8 +27,11 @@ from .conftest import REPO
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
-MICRO, LOG_PROB, CKPT = (A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu",
-                         "actor_rollout_ref.model.enable_gradient_checkpointing")
+MICRO, LOG_PROB, CKPT = (
+    A + "ppo_micro_batch_size_per_gpu",
+    R + "log_prob_micro_batch_size_per_gpu",
+    "actor_rollout_ref.model.enable_gradient_checkpointing",
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +41,12 @@ def landscape() -> Landscape:
 
 def _runner(landscape, tmp_path, *, model=False, infer=False, objectives=None, **budget):
     data = landscape.spec.model_dump(mode="json")
-    data["budget"] |= {"max_trials": len(landscape.points), "patience_trials": 0,
-                       "remeasure_finalists": 0, **budget}
+    data["budget"] |= {
+        "max_trials": len(landscape.points),
+        "patience_trials": 0,
+        "remeasure_finalists": 0,
+        **budget,
+    }
     if objectives is not None:
         data["objectives"] = objectives
     spec = JobSpec.model_validate(data)
@@ -47,8 +54,16 @@ def _runner(landscape, tmp_path, *, model=False, infer=False, objectives=None, *
     study = open_study(spec, "replayed", f"sqlite:///{tmp_path / 'db.sqlite'}")
     executor = ReplayExecutor(landscape)
     memory = MemoryModel(spec, landscape.arch, "cpu", landscape.memory_cap_gib) if model else None
-    runner = StudyRunner(spec, study, space, executor, "cpu", landscape.memory_cap_gib,
-                         memory_model=memory, infer_feasibility=infer)
+    runner = StudyRunner(
+        spec,
+        study,
+        space,
+        executor,
+        "cpu",
+        landscape.memory_cap_gib,
+        memory_model=memory,
+        infer_feasibility=infer,
+    )
     return runner, study, executor
 
 
@@ -83,7 +98,8 @@ def test_replay_answers_each_config_with_its_recorded_runs_in_turn(landscape) ->
 
 
 def test_predicted_ooms_are_never_run_cost_nothing_and_are_infeasible_for_the_sampler(
-        landscape, tmp_path) -> None:
+    landscape, tmp_path
+) -> None:
     runner, study, executor = _runner(landscape, tmp_path, model=True, max_trials=20)
     runner.run()
     recs = records(study)
@@ -99,12 +115,10 @@ def test_predicted_ooms_are_never_run_cost_nothing_and_are_infeasible_for_the_sa
         assert truth[config_key(r.config)] == "oom", r.config
     frozen = {t.number: t for t in study.get_trials()}
     feasible = {t.number for t in _get_feasible_trials(study.get_trials())}
-    assert all(frozen[r.number].state == TrialState.COMPLETE and r.number not in feasible
-               for r in skipped)
+    assert all(frozen[r.number].state == TrialState.COMPLETE and r.number not in feasible for r in skipped)
     # Every trial that ran carries the prediction made before it and its error.
     measured = [r for r in recs if r.measured]
-    assert measured and all(r.predicted_memory_gib and "startup" in r.memory_error_gib
-                            for r in measured)
+    assert measured and all(r.predicted_memory_gib and "startup" in r.memory_error_gib for r in measured)
     summary = summarize(runner.spec, recs, "")
     assert summary.counts["predicted_oom"] == len(skipped)
     assert summary.memory_model_errors["train"]["trials"] >= 1
@@ -113,8 +127,7 @@ def test_predicted_ooms_are_never_run_cost_nothing_and_are_infeasible_for_the_sa
     assert public.status == "predicted_oom" and public.skipped and not public.measured
 
 
-def test_a_measured_oom_rules_out_its_larger_neighbours_and_not_the_others(
-        landscape, tmp_path) -> None:
+def test_a_measured_oom_rules_out_its_larger_neighbours_and_not_the_others(landscape, tmp_path) -> None:
     runner, study, executor = _runner(landscape, tmp_path, infer=True, max_trials=4)
     oom = {MICRO: 16, LOG_PROB: 32, CKPT: True}
     truth = _outcomes(landscape)
@@ -122,8 +135,13 @@ def test_a_measured_oom_rules_out_its_larger_neighbours_and_not_the_others(
     # Larger in every memory knob; smaller in one (log-prob micro-batch 8); smaller in the
     # other (micro-batch 8); another checkpointing choice (not a memory knob): only the
     # first is implied.
-    for params in (oom, oom | {MICRO: 32}, oom | {MICRO: 32, LOG_PROB: 8}, oom | {MICRO: 8},
-                   oom | {MICRO: 32, CKPT: False}):
+    for params in (
+        oom,
+        oom | {MICRO: 32},
+        oom | {MICRO: 32, LOG_PROB: 8},
+        oom | {MICRO: 8},
+        oom | {MICRO: 32, CKPT: False},
+    ):
         study.enqueue_trial(params)
     summary = runner.run()
     recs = {r.number: r for r in records(study)}
@@ -139,8 +157,9 @@ def test_a_measured_oom_rules_out_its_larger_neighbours_and_not_the_others(
 
 def test_patience_stops_the_job_early_and_says_why(landscape, tmp_path) -> None:
     throughput_only = [{"metric": "throughput_tokens_per_s_per_gpu"}]
-    runner, study, _ = _runner(landscape, tmp_path, objectives=throughput_only,
-                               patience_trials=3, noise_band_pct=50)
+    runner, study, _ = _runner(
+        landscape, tmp_path, objectives=throughput_only, patience_trials=3, noise_band_pct=50
+    )
     summary = runner.run()
     assert summary.stop_reason.startswith("stopped early: the Pareto front has not improved")
     assert "50% noise band" in summary.stop_reason and "patience_trials = 3" in summary.stop_reason
@@ -151,8 +170,9 @@ def test_patience_stops_the_job_early_and_says_why(landscape, tmp_path) -> None:
 
 
 def test_finalists_are_remeasured_and_the_winner_is_their_best_median(landscape, tmp_path) -> None:
-    runner, study, executor = _runner(landscape, tmp_path, max_trials=8, remeasure_finalists=2,
-                                      remeasure_runs=3)
+    runner, study, executor = _runner(
+        landscape, tmp_path, max_trials=8, remeasure_finalists=2, remeasure_runs=3
+    )
     summary = runner.run()
     assert summary.measured == 8 and "measured 3 times each" in summary.stop_reason
     recs = records(study)
@@ -171,7 +191,6 @@ def test_finalists_are_remeasured_and_the_winner_is_their_best_median(landscape,
     others = [runs[n] for n in finalists if n != result.best]
     assert all(o.median < winner.median * (1 - 0.02) or o.peak_gib >= winner.peak_gib for o in others)
     # Resuming does not measure the finalists again.
-    again, _, executor2 = _runner(landscape, tmp_path, max_trials=8, remeasure_finalists=2,
-                                  remeasure_runs=3)
+    again, _, executor2 = _runner(landscape, tmp_path, max_trials=8, remeasure_finalists=2, remeasure_runs=3)
     again.run()
     assert executor2.history == []

@@ -16,14 +16,40 @@ from autotuner.spec import parse_job_spec
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 WORKLOADS = [
-    ({"model": "qwen2.5-7b", "train_batch_size": 256, "n": 8, "ppo_mini_batch_size": 64,
-      "max_response_length": 3072}, {"n_gpus_per_node": 8}),
-    ({"model": "qwen2.5-1.5b", "train_batch_size": 96, "n": 5, "ppo_mini_batch_size": 24},
-     {"n_gpus_per_node": 4, "nnodes": 2}),
-    ({"model": "llama-3.1-8b", "train_batch_size": 64, "n": 1, "ppo_mini_batch_size": 16,
-      "use_kl_loss": False}, {"n_gpus_per_node": 2}),
-    ({"model": "qwen2.5-0.5b", "train_batch_size": 32, "n": 4, "ppo_mini_batch_size": 8,
-      "engine": "sglang"}, {"n_gpus_per_node": 1}),
+    (
+        {
+            "model": "qwen2.5-7b",
+            "train_batch_size": 256,
+            "n": 8,
+            "ppo_mini_batch_size": 64,
+            "max_response_length": 3072,
+        },
+        {"n_gpus_per_node": 8},
+    ),
+    (
+        {"model": "qwen2.5-1.5b", "train_batch_size": 96, "n": 5, "ppo_mini_batch_size": 24},
+        {"n_gpus_per_node": 4, "nnodes": 2},
+    ),
+    (
+        {
+            "model": "llama-3.1-8b",
+            "train_batch_size": 64,
+            "n": 1,
+            "ppo_mini_batch_size": 16,
+            "use_kl_loss": False,
+        },
+        {"n_gpus_per_node": 2},
+    ),
+    (
+        {
+            "model": "qwen2.5-0.5b",
+            "train_batch_size": 32,
+            "n": 4,
+            "ppo_mini_batch_size": 8,
+            "engine": "sglang",
+        },
+        {"n_gpus_per_node": 1},
+    ),
 ]
 
 
@@ -75,14 +101,19 @@ def test_rules_reject_what_verl_rejects() -> None:
     for key, (value, rule) in cases.items():
         found = violations(good | {key: value}, spec.workload, spec.cluster, space.arch)
         assert [v.rule for v in found] == [rule], (key, found)
-    dyn = good | {A + "use_dynamic_bsz": True, A + "ppo_max_token_len_per_gpu": 1024,
-                  R + "log_prob_max_token_len_per_gpu": 8192}
+    dyn = good | {
+        A + "use_dynamic_bsz": True,
+        A + "ppo_max_token_len_per_gpu": 1024,
+        R + "log_prob_max_token_len_per_gpu": 8192,
+    }
     assert [v.rule for v in violations(dyn, spec.workload, spec.cluster, space.arch)] == ["R9"]
 
 
 def test_baseline_is_verls_defaults_repaired_for_one_gpu() -> None:
-    spec, space = _space({"model": "qwen2.5-1.5b", "train_batch_size": 16, "n": 2,
-                          "ppo_mini_batch_size": 6}, {"n_gpus_per_node": 1})
+    spec, space = _space(
+        {"model": "qwen2.5-1.5b", "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 6},
+        {"n_gpus_per_node": 1},
+    )
     base = space.baseline_config()
     assert base[R + "gpu_memory_utilization"] == 0.5
     assert base[R + "max_num_seqs"] == 256 and base[R + "max_num_batched_tokens"] == 8192
@@ -92,12 +123,15 @@ def test_baseline_is_verls_defaults_repaired_for_one_gpu() -> None:
 
 
 def test_overrides_fix_narrow_restrict_and_drop() -> None:
-    spec, space = _space(*WORKLOADS[0], search={
-        R + "enforce_eager": True,
-        R + "gpu_memory_utilization": {"low": 0.6, "high": 0.8},
-        R + "max_num_seqs": [128, 512],
-        A + "fsdp_config.param_offload": {"drop": True},
-    })
+    spec, space = _space(
+        *WORKLOADS[0],
+        search={
+            R + "enforce_eager": True,
+            R + "gpu_memory_utilization": {"low": 0.6, "high": 0.8},
+            R + "max_num_seqs": [128, 512],
+            A + "fsdp_config.param_offload": {"drop": True},
+        },
+    )
     assert space.fixed[R + "enforce_eager"] is True
     assert space.searched[R + "gpu_memory_utilization"] == [0.6, 0.65, 0.7, 0.75, 0.8]
     assert space.searched[R + "max_num_seqs"] == [128, 512]
@@ -114,12 +148,17 @@ def test_train_only_jobs_do_not_search_rollout_knobs() -> None:
 @pytest.mark.parametrize(
     ("search", "field", "hint"),
     [
-        ({R + "tensor_model_parallel_size": 3}, "search." + R + "tensor_model_parallel_size.fixed",
-         "not divisible by TP 3"),
-        ({A + "ppo_micro_batch_size_per_gpu": [3, 4]},
-         "search." + A + "ppo_micro_batch_size_per_gpu.choices", "does not divide"),
-        ({R + "max_num_seqs": {"low": 3000, "high": 4000}}, "search." + R + "max_num_seqs",
-         "no valid value"),
+        (
+            {R + "tensor_model_parallel_size": 3},
+            "search." + R + "tensor_model_parallel_size.fixed",
+            "not divisible by TP 3",
+        ),
+        (
+            {A + "ppo_micro_batch_size_per_gpu": [3, 4]},
+            "search." + A + "ppo_micro_batch_size_per_gpu.choices",
+            "does not divide",
+        ),
+        ({R + "max_num_seqs": {"low": 3000, "high": 4000}}, "search." + R + "max_num_seqs", "no valid value"),
         ({R + "enforce_eager": "sometimes"}, "search." + R + "enforce_eager.fixed", "not a bool"),
         ({R + "enforce_eager": {"low": 0, "high": 1}}, "search." + R + "enforce_eager", "no range"),
     ],
@@ -132,18 +171,25 @@ def test_impossible_overrides_fail_before_anything_runs(search, field, hint) -> 
 
 
 def test_the_grid_is_every_distinct_runnable_config_the_search_can_propose() -> None:
-    spec, space = _space({"model": "qwen2.5-0.5b", "train_batch_size": 32, "n": 4,
-                          "ppo_mini_batch_size": 8},
-                         {"n_gpus_per_node": 1},
-                         {A + "use_dynamic_bsz": [False, True], A + "ppo_micro_batch_size_per_gpu": [1, 4],
-                          R + "max_num_seqs": [256, 512], R + "max_num_batched_tokens": [256, 4096],
-                          R + "gpu_memory_utilization": 0.5, R + "log_prob_micro_batch_size_per_gpu": 4,
-                          "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 4,
-                          A + "ppo_max_token_len_per_gpu": 16384,
-                          R + "log_prob_max_token_len_per_gpu": 16384, R + "enforce_eager": True,
-                          "actor_rollout_ref.model.enable_gradient_checkpointing": True,
-                          A + "fsdp_config.param_offload": False,
-                          A + "fsdp_config.optimizer_offload": False})
+    spec, space = _space(
+        {"model": "qwen2.5-0.5b", "train_batch_size": 32, "n": 4, "ppo_mini_batch_size": 8},
+        {"n_gpus_per_node": 1},
+        {
+            A + "use_dynamic_bsz": [False, True],
+            A + "ppo_micro_batch_size_per_gpu": [1, 4],
+            R + "max_num_seqs": [256, 512],
+            R + "max_num_batched_tokens": [256, 4096],
+            R + "gpu_memory_utilization": 0.5,
+            R + "log_prob_micro_batch_size_per_gpu": 4,
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 4,
+            A + "ppo_max_token_len_per_gpu": 16384,
+            R + "log_prob_max_token_len_per_gpu": 16384,
+            R + "enforce_eager": True,
+            "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+            A + "fsdp_config.param_offload": False,
+            A + "fsdp_config.optimizer_offload": False,
+        },
+    )
     grid = space.grid()
     keys = [json.dumps(c, sort_keys=True) for c in grid]
     assert len(keys) == len(set(keys))

@@ -44,22 +44,40 @@ def test_yaml_file_loads(tmp_path) -> None:
         ({"workload": {"train_batch_size": "many"}}, "workload.train_batch_size", "integer"),
         ({"workload": {"n": 0}}, "workload.n", "greater than or equal to 1"),
         ({"workload": {"model": "gpt-9"}}, "workload.model", "qwen2.5-7b"),
-        ({"workload": {"train_batch_size": 8, "ppo_mini_batch_size": 16}}, "workload",
-         "lower ppo_mini_batch_size"),
+        (
+            {"workload": {"train_batch_size": 8, "ppo_mini_batch_size": 16}},
+            "workload",
+            "lower ppo_mini_batch_size",
+        ),
         ({"workload": {"prompt_length": {"kind": "zipf"}}}, "workload.prompt_length", "fixed"),
-        ({"workload": {"prompt_length": {"kind": "uniform", "low": 50, "high": 10}}},
-         "workload.prompt_length", "swap"),
-        ({"workload": {"prompt_length": {"kind": "fixed", "value": 900}}}, "workload",
-         "raise max_prompt_length"),
+        (
+            {"workload": {"prompt_length": {"kind": "uniform", "low": 50, "high": 10}}},
+            "workload.prompt_length",
+            "swap",
+        ),
+        (
+            {"workload": {"prompt_length": {"kind": "fixed", "value": 900}}},
+            "workload",
+            "raise max_prompt_length",
+        ),
         ({"search": {"actor_rollout_ref.rollout.gpu_mem": 0.5}}, "(job)", "valid knobs are"),
-        ({"search": {"actor_rollout_ref.rollout.max_num_seqs": {"low": 9, "high": 2}}},
-         "search.actor_rollout_ref.rollout.max_num_seqs", "low (9.0) must be <= high"),
-        ({"cluster": {"n_gpus_per_node": 3}, "workload": {"train_batch_size": 256}}, "(job)",
-         "(verl rule S1)"),
+        (
+            {"search": {"actor_rollout_ref.rollout.max_num_seqs": {"low": 9, "high": 2}}},
+            "search.actor_rollout_ref.rollout.max_num_seqs",
+            "low (9.0) must be <= high",
+        ),
+        (
+            {"cluster": {"n_gpus_per_node": 3}, "workload": {"train_batch_size": 256}},
+            "(job)",
+            "(verl rule S1)",
+        ),
         ({"budget": {"max_trials": 0}}, "budget.max_trials", "greater than or equal to 1"),
         ({"sampler": "grid-of-doom"}, "sampler", "'tpe'"),
-        ({"workload": {"max_prompt_length": 4000, "max_response_length": 4000}},
-         "workload.max_response_length", "max_position_embeddings"),
+        (
+            {"workload": {"max_prompt_length": 4000, "max_response_length": 4000}},
+            "workload.max_response_length",
+            "max_position_embeddings",
+        ),
         ({"unknown_top_level": 1}, "unknown_top_level", "Extra inputs are not permitted"),
         ([1, 2], "(job)", "mapping"),
     ],
@@ -83,8 +101,10 @@ def test_unreadable_file_is_a_spec_error(tmp_path) -> None:
 def test_model_from_a_config_path(tmp_path) -> None:
     cfg = tmp_path / "m" / "config.json"
     cfg.parent.mkdir()
-    cfg.write_text('{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
-                   '"vocab_size": 100, "intermediate_size": 128}')
+    cfg.write_text(
+        '{"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, '
+        '"vocab_size": 100, "intermediate_size": 128}'
+    )
     arch = resolve_model(str(cfg.parent))
     assert arch.num_key_value_heads == 4 and arch.head_dim == 16
     cfg.write_text('{"hidden_size": 64}')
@@ -94,8 +114,14 @@ def test_model_from_a_config_path(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("name", "billions"),
-    [("qwen2.5-0.5b", 0.49), ("qwen2.5-1.5b", 1.54), ("qwen2.5-7b", 7.6), ("qwen2-7b", 7.6),
-     ("llama-3.1-8b", 8.0), ("qwen3-8b", 8.2)],
+    [
+        ("qwen2.5-0.5b", 0.49),
+        ("qwen2.5-1.5b", 1.54),
+        ("qwen2.5-7b", 7.6),
+        ("qwen2-7b", 7.6),
+        ("llama-3.1-8b", 8.0),
+        ("qwen3-8b", 8.2),
+    ],
 )
 def test_catalog_parameter_counts_match_the_published_sizes(name, billions) -> None:
     # Published sizes: Qwen2.5-0.5B 0.49B, 1.5B 1.54B, 7B 7.61B, Llama-3.1-8B 8.03B, Qwen3-8B 8.19B.
@@ -114,9 +140,10 @@ def test_length_draws_respect_caps_and_are_seeded() -> None:
     assert 290 < float(np.mean(normal)) < 310
 
 
-@pytest.mark.parametrize(("max_trials", "explicit", "finalists"),
-                         [(4, None, 0), (7, None, 0), (8, None, 1), (22, None, 2), (200, None, 3),
-                          (4, 2, 2), (200, 0, 0)])
+@pytest.mark.parametrize(
+    ("max_trials", "explicit", "finalists"),
+    [(4, None, 0), (7, None, 0), (8, None, 1), (22, None, 2), (200, None, 3), (4, 2, 2), (200, 0, 0)],
+)
 def test_finalists_default_to_one_per_8_trials_at_most_3(max_trials, explicit, finalists) -> None:
     budget = {"max_trials": max_trials}
     if explicit is not None:
@@ -124,12 +151,15 @@ def test_finalists_default_to_one_per_8_trials_at_most_3(max_trials, explicit, f
     assert parse_job_spec({"budget": budget}).budget.finalists == finalists
 
 
-@pytest.mark.parametrize(("section", "field", "value", "message"), [
-    ("budget", "remeasure_runs", 1, "greater than or equal to 2"),
-    ("budget", "noise_band_pct", -1, "greater than or equal to 0"),
-    ("budget", "patience_trials", -1, "greater than or equal to 0"),
-    ("memory_model", "skip_margin", -0.1, "greater than or equal to 0"),
-])
+@pytest.mark.parametrize(
+    ("section", "field", "value", "message"),
+    [
+        ("budget", "remeasure_runs", 1, "greater than or equal to 2"),
+        ("budget", "noise_band_pct", -1, "greater than or equal to 0"),
+        ("budget", "patience_trials", -1, "greater than or equal to 0"),
+        ("memory_model", "skip_margin", -0.1, "greater than or equal to 0"),
+    ],
+)
 def test_search_settings_are_bounded(section, field, value, message) -> None:
     with pytest.raises(SpecError, match=message) as caught:
         parse_job_spec({section: {field: value}})

@@ -31,10 +31,18 @@ pytestmark = pytest.mark.engine
 # 32 x 320 tokens x 32000 vocab x 4 bytes = 1.3 GB, twice over for their gradient), while
 # a micro-batch of 1 fits easily under the same cap.
 MID_MODEL = {
-    "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "vocab_size": 32000, "max_position_embeddings": 2048,
-    "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 32000,
+    "max_position_embeddings": 2048,
+    "tie_word_embeddings": True,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
 }
 
 
@@ -42,22 +50,33 @@ def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials):
     model = tmp_path / "mid" / "config.json"
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text(json.dumps(MID_MODEL))
-    return parse_job_spec({
-        "name": "oom-test",
-        "workload": {"model": str(model), "dtype": "float32", "phases": "train",
-                     "prompt_length": {"kind": "fixed", "value": 64},
-                     "response_length": {"kind": "fixed", "value": 256},
-                     "max_prompt_length": 64, "max_response_length": 256,
-                     "train_batch_size": 32, "n": 1, "ppo_mini_batch_size": 32,
-                     "use_kl_loss": False},
-        "cluster": {"device": "cpu", "device_memory_gib": cap_gib},
-        "search": {A + "ppo_micro_batch_size_per_gpu": micro_choices,
-                   R + "log_prob_micro_batch_size_per_gpu": 1,
-                   A + "use_dynamic_bsz": False,
-                   "actor_rollout_ref.model.enable_gradient_checkpointing": True},
-        "budget": {"max_trials": max_trials, "trial_timeout_s": 240},
-        "sampler": "random",
-    })
+    return parse_job_spec(
+        {
+            "name": "oom-test",
+            "workload": {
+                "model": str(model),
+                "dtype": "float32",
+                "phases": "train",
+                "prompt_length": {"kind": "fixed", "value": 64},
+                "response_length": {"kind": "fixed", "value": 256},
+                "max_prompt_length": 64,
+                "max_response_length": 256,
+                "train_batch_size": 32,
+                "n": 1,
+                "ppo_mini_batch_size": 32,
+                "use_kl_loss": False,
+            },
+            "cluster": {"device": "cpu", "device_memory_gib": cap_gib},
+            "search": {
+                A + "ppo_micro_batch_size_per_gpu": micro_choices,
+                R + "log_prob_micro_batch_size_per_gpu": 1,
+                A + "use_dynamic_bsz": False,
+                "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+            },
+            "budget": {"max_trials": max_trials, "trial_timeout_s": 240},
+            "sampler": "random",
+        }
+    )
 
 
 def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local, monkeypatch) -> None:
@@ -70,8 +89,7 @@ def test_oom_is_an_infeasible_trial_and_never_runs_again(tmp_path, ray_local, mo
     assert list(space.searched) == [A + "ppo_micro_batch_size_per_gpu"]
     url = f"sqlite:///{tmp_path / 'db.sqlite'}"
     study = open_study(spec, "oom-study", url)
-    runner = StudyRunner(spec, study, space, RayExecutor(), "cpu", memory_cap_gib=1.5,
-                         cpus_per_trial=2)
+    runner = StudyRunner(spec, study, space, RayExecutor(), "cpu", memory_cap_gib=1.5, cpus_per_trial=2)
     summary = runner.run()
 
     recs = {r.number: r for r in records(study)}
@@ -118,26 +136,41 @@ def _measured(url: str, study_name: str) -> list:
 
 
 def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_env) -> None:
-    job = write_job(tmp_path / "job.json", {
-        "name": "resume-test",
-        "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                     "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
-                     "response_length": {"kind": "uniform", "low": 16, "high": 64},
-                     "max_prompt_length": 48, "max_response_length": 64,
-                     "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 8,
-                     "use_kl_loss": False},
-        "cluster": {"device": "cpu"},
-        "search": {A + "use_dynamic_bsz": False},
-        "budget": {"max_trials": 4, "trial_timeout_s": 120},
-        "sampler": "random",
-    })
+    job = write_job(
+        tmp_path / "job.json",
+        {
+            "name": "resume-test",
+            "workload": {
+                "model": "tiny",
+                "dtype": "float32",
+                "phases": "train",
+                "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
+                "response_length": {"kind": "uniform", "low": 16, "high": 64},
+                "max_prompt_length": 48,
+                "max_response_length": 64,
+                "train_batch_size": 16,
+                "n": 2,
+                "ppo_mini_batch_size": 8,
+                "use_kl_loss": False,
+            },
+            "cluster": {"device": "cpu"},
+            "search": {A + "use_dynamic_bsz": False},
+            "budget": {"max_trials": 4, "trial_timeout_s": 120},
+            "sampler": "random",
+        },
+    )
     db = tmp_path / "data" / "autotuner.db"
     url = f"sqlite:///{db}"
     log = tmp_path / "tune.log"
     with open(log, "w") as out:  # a file, not a pipe nobody reads while it runs
-        proc = subprocess.Popen([sys.executable, "-m", "autotuner.cli", "tune", str(job),
-                                 "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
-                                start_new_session=True, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotuner.cli", "tune", str(job), "-o", str(tmp_path / "out")],
+            env=cli_env,
+            cwd=REPO,
+            start_new_session=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     study_name = None
     deadline = time.monotonic() + 300
     try:
@@ -156,13 +189,22 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_
         proc.wait()
     before = {r.number: r for r in _measured(url, study_name)}
     assert 2 <= len(before) < 4
-    cut_off = {t.number for t in optuna.load_study(study_name=study_name, storage=url).get_trials(
-        states=(optuna.trial.TrialState.RUNNING,))}
+    cut_off = {
+        t.number
+        for t in optuna.load_study(study_name=study_name, storage=url).get_trials(
+            states=(optuna.trial.TrialState.RUNNING,)
+        )
+    }
 
     job_id = study_name.removeprefix("job-")
-    resumed = subprocess.run([sys.executable, "-m", "autotuner.cli", "resume", job_id,
-                              "-o", str(tmp_path / "out")], env=cli_env, cwd=REPO,
-                             capture_output=True, text=True, timeout=400)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "autotuner.cli", "resume", job_id, "-o", str(tmp_path / "out")],
+        env=cli_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
     study = optuna.load_study(study_name=study_name, storage=url)
@@ -183,16 +225,23 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_
 
 
 def test_baselines_are_enqueued_first_with_their_names(tmp_path) -> None:
-    spec = parse_job_spec({
-        "workload": {"model": "qwen2.5-1.5b", "train_batch_size": 64, "n": 8,
-                     "ppo_mini_batch_size": 16},
-        "cluster": {"device": "cuda", "n_gpus_per_node": 1},
-        "baselines": {"production": {R + "gpu_memory_utilization": 0.8,
-                                     R + "max_num_batched_tokens": 32768, R + "max_num_seqs": 1024,
-                                     R + "enforce_eager": True, A + "ppo_micro_batch_size_per_gpu": 4,
-                                     R + "log_prob_micro_batch_size_per_gpu": 8,
-                                     A + "fsdp_config.param_offload": True}},
-    })
+    spec = parse_job_spec(
+        {
+            "workload": {"model": "qwen2.5-1.5b", "train_batch_size": 64, "n": 8, "ppo_mini_batch_size": 16},
+            "cluster": {"device": "cuda", "n_gpus_per_node": 1},
+            "baselines": {
+                "production": {
+                    R + "gpu_memory_utilization": 0.8,
+                    R + "max_num_batched_tokens": 32768,
+                    R + "max_num_seqs": 1024,
+                    R + "enforce_eager": True,
+                    A + "ppo_micro_batch_size_per_gpu": 4,
+                    R + "log_prob_micro_batch_size_per_gpu": 8,
+                    A + "fsdp_config.param_offload": True,
+                }
+            },
+        }
+    )
     space = SearchSpace.build(spec, spec.validate_model(), "cuda")
     study = open_study(spec, "baselines", f"sqlite:///{tmp_path / 'db.sqlite'}")
     runner = StudyRunner(spec, study, space, RayExecutor(), "cuda", memory_cap_gib=None)
@@ -218,8 +267,15 @@ def test_a_failure_loop_outside_the_configs_trips_the_circuit_breaker(tmp_path, 
     spec = _train_only_job(tmp_path, [1, 2, 4, 8], cap_gib=4, max_trials=20)
     space = SearchSpace.build(spec, spec.validate_model(), "cpu")
     study = open_study(spec, "breaker", f"sqlite:///{tmp_path / 'db.sqlite'}")
-    runner = StudyRunner(spec, study, space, RayExecutor(trial_python=str(tmp_path / "no-python")),
-                         "cpu", memory_cap_gib=4, cpus_per_trial=1)
+    runner = StudyRunner(
+        spec,
+        study,
+        space,
+        RayExecutor(trial_python=str(tmp_path / "no-python")),
+        "cpu",
+        memory_cap_gib=4,
+        cpus_per_trial=1,
+    )
     summary = runner.run()
     assert summary.stop_reason.startswith("circuit breaker: 3 trials in a row")
     assert "TrialLaunchError" in summary.stop_reason and "no-python" in summary.stop_reason

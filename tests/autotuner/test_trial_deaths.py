@@ -35,10 +35,16 @@ from trials.launcher import session_processes
 # several times more (torch alone is ~300 MiB; vLLM's EngineCore ~1 GiB).
 MEMORY_SLACK_BYTES = 256 << 20
 
-WORKLOAD = {"model": "tiny", "dtype": "float32",
-            "prompt_length": {"kind": "fixed", "value": 16},
-            "max_prompt_length": 16, "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4,
-            "use_kl_loss": False}
+WORKLOAD = {
+    "model": "tiny",
+    "dtype": "float32",
+    "prompt_length": {"kind": "fixed", "value": 16},
+    "max_prompt_length": 16,
+    "train_batch_size": 8,
+    "n": 1,
+    "ppo_mini_batch_size": 4,
+    "use_kl_loss": False,
+}
 
 
 class TrialProcesses(Poller):
@@ -105,8 +111,9 @@ def tuner_rss_bytes() -> int:
     return total
 
 
-def run_job(tmp_path: Path, spec_doc: dict[str, Any], procs: TrialProcesses,
-            actions: dict[int, Callable[[str], None]]) -> tuple[Any, dict[int, TrialRecord], dict]:
+def run_job(
+    tmp_path: Path, spec_doc: dict[str, Any], procs: TrialProcesses, actions: dict[int, Callable[[str], None]]
+) -> tuple[Any, dict[int, TrialRecord], dict]:
     """Run a job to its end; ``actions[n](trial_id)`` runs in a thread when trial n starts.
 
     Returns the summary, the recorded trials by number, and what was seen as each trial was
@@ -128,8 +135,7 @@ def run_job(tmp_path: Path, spec_doc: dict[str, Any], procs: TrialProcesses,
             thread.start()
 
     def on_record(record: TrialRecord) -> None:
-        checks[record.number] = {"alive": procs.alive(ids[record.number]),
-                                 "rss": tuner_rss_bytes()}
+        checks[record.number] = {"alive": procs.alive(ids[record.number]), "rss": tuner_rss_bytes()}
         recorded[record.number] = record
 
     try:
@@ -141,16 +147,16 @@ def run_job(tmp_path: Path, spec_doc: dict[str, Any], procs: TrialProcesses,
     return summary, recorded, checks
 
 
-def kill_in(procs_phase: tuple[str, ...], sig: signal.Signals, target: str = "worker"
-            ) -> Callable[[TrialProcesses], Callable[[str], None]]:
+def kill_in(
+    procs_phase: tuple[str, ...], sig: signal.Signals, target: str = "worker"
+) -> Callable[[TrialProcesses], Callable[[str], None]]:
     def bind(procs: TrialProcesses) -> Callable[[str], None]:
         def act(trial_id: str) -> None:
             leader = procs.leader(trial_id)
             wait_phase(leader, procs_phase)
             victim = leader
             if target == "engine":
-                victim = next(p for p in leader.children(recursive=True)
-                              if "EngineCore" in p.name())
+                victim = next(p for p in leader.children(recursive=True) if "EngineCore" in p.name())
             os.kill(victim.pid, sig)
 
         return act
@@ -170,30 +176,45 @@ def _assert_clean(checks: dict[int, dict[str, Any]], number: int, after_ok: int)
     assert checks[number]["alive"] == [], f"trial {number} left processes {checks[number]['alive']}"
     over = checks[number]["rss"] - checks[after_ok]["rss"]
     assert over < MEMORY_SLACK_BYTES, (
-        f"after trial {number} the tuner holds {over / 2**20:.0f} MiB more than after trial {after_ok}")
+        f"after trial {number} the tuner holds {over / 2**20:.0f} MiB more than after trial {after_ok}"
+    )
 
 
 @pytest.mark.slow
-def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(tmp_path, ray_local,
-                                                                      trial_processes) -> None:
+def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
+    tmp_path, ray_local, trial_processes
+) -> None:
     # Trial 0 runs as it should; trial 1's worker is SIGKILLed mid-train (the kernel's OOM
     # killer, an operator); trial 2 is SIGSTOPped (a hang: it never finishes on its own).
-    spec = {"name": "deaths", "workload": {**WORKLOAD, "phases": "train",
-                                           "response_length": {"kind": "fixed", "value": 16},
-                                           "max_response_length": 16},
-            "cluster": {"device": "cpu", "device_memory_gib": 2},
-            "search": {A + "use_dynamic_bsz": False, A + "ppo_micro_batch_size_per_gpu": [1, 2, 4],
-                       "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False]},
-            "budget": {"max_trials": 3, "trial_timeout_s": 40},
-            "sampler": "random", "seed": 3}
+    spec = {
+        "name": "deaths",
+        "workload": {
+            **WORKLOAD,
+            "phases": "train",
+            "response_length": {"kind": "fixed", "value": 16},
+            "max_response_length": 16,
+        },
+        "cluster": {"device": "cpu", "device_memory_gib": 2},
+        "search": {
+            A + "use_dynamic_bsz": False,
+            A + "ppo_micro_batch_size_per_gpu": [1, 2, 4],
+            "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
+        },
+        "budget": {"max_trials": 3, "trial_timeout_s": 40},
+        "sampler": "random",
+        "seed": 3,
+    }
     procs = trial_processes
-    actions = {1: kill_in(("old_log_prob", "ref_log_prob", "update_actor"), signal.SIGKILL)(procs),
-               2: kill_in(("startup",), signal.SIGSTOP)(procs)}
+    actions = {
+        1: kill_in(("old_log_prob", "ref_log_prob", "update_actor"), signal.SIGKILL)(procs),
+        2: kill_in(("startup",), signal.SIGSTOP)(procs),
+    }
     started = time.monotonic()
     summary, by_number, checks = run_job(tmp_path, spec, procs, actions)
 
     assert [by_number[n].status for n in (0, 1, 2)] == ["ok", "error", "timeout"], [
-        (r.number, r.status, r.error_type, r.error_message) for r in by_number.values()]
+        (r.number, r.status, r.error_type, r.error_message) for r in by_number.values()
+    ]
     killed, hung = by_number[1], by_number[2]
     assert killed.error_type == "TrialProcessDied"
     assert "killed by SIGKILL" in (killed.error_message or "")
@@ -210,19 +231,27 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(tmp_path, ra
 def test_a_killed_engine_process_is_an_error_naming_it(tmp_path, ray_local, trial_processes) -> None:
     # vLLM's EngineCore is SIGKILLed as the rollout starts: without the engine watch the
     # trial would block until its deadline and pass for a timeout.
-    spec = {"name": "engine-death", "workload": {**WORKLOAD, "phases": "rollout",
-                                                 "response_length": {"kind": "fixed", "value": 256},
-                                                 "max_response_length": 256},
-            "cluster": {"device": "cpu", "device_memory_gib": 2},
-            "search": {R + "enforce_eager": True, R + "max_num_seqs": [4, 8]},
-            "budget": {"max_trials": 2, "trial_timeout_s": 300},
-            "sampler": "random", "seed": 0}
+    spec = {
+        "name": "engine-death",
+        "workload": {
+            **WORKLOAD,
+            "phases": "rollout",
+            "response_length": {"kind": "fixed", "value": 256},
+            "max_response_length": 256,
+        },
+        "cluster": {"device": "cpu", "device_memory_gib": 2},
+        "search": {R + "enforce_eager": True, R + "max_num_seqs": [4, 8]},
+        "budget": {"max_trials": 2, "trial_timeout_s": 300},
+        "sampler": "random",
+        "seed": 0,
+    }
     actions = {0: kill_in(("rollout",), signal.SIGKILL, target="engine")(trial_processes)}
     summary, by_number, checks = run_job(tmp_path, spec, trial_processes, actions)
 
     died, next_one = by_number[0], by_number[1]
     assert (died.status, died.error_type, died.phase) == ("error", "EngineDied", "rollout"), (
-        died.error_message)
+        died.error_message
+    )
     assert "EngineCore" in died.error_message and "killed by SIGKILL" in died.error_message
     # Well short of the 300 s deadline it would have waited for (the engine's start-up on a
     # loaded 2-core machine alone can take a minute or two).

@@ -17,9 +17,23 @@ ENDPOINTS = {"POST /v1/jobs", "GET /v1/jobs", "GET /v1/jobs/{id}", "GET /v1/jobs
 @pytest.mark.slow
 def test_the_load_benchmark_runs_and_reports(tmp_path) -> None:
     out = tmp_path / "load.json"
-    done = subprocess.run([sys.executable, "-m", "benchmarks.load.run", "--clients", "3",
-                           "--duration-s", "3", "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=240)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.load.run",
+            "--clients",
+            "3",
+            "--duration-s",
+            "3",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(out.read_text())
     assert result["clients"] == 3 and result["errors"] == 0 and result["lost_jobs"] == 0

@@ -21,15 +21,26 @@ from autotuner.study import config_key
 REPO = Path(__file__).resolve().parents[2]
 JOB = {
     "name": "record-test",
-    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                 "prompt_length": {"kind": "fixed", "value": 16}, "max_prompt_length": 16,
-                 "response_length": {"kind": "fixed", "value": 16}, "max_response_length": 16,
-                 "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4, "use_kl_loss": False},
+    "workload": {
+        "model": "tiny",
+        "dtype": "float32",
+        "phases": "train",
+        "prompt_length": {"kind": "fixed", "value": 16},
+        "max_prompt_length": 16,
+        "response_length": {"kind": "fixed", "value": 16},
+        "max_response_length": 16,
+        "train_batch_size": 8,
+        "n": 1,
+        "ppo_mini_batch_size": 4,
+        "use_kl_loss": False,
+    },
     "cluster": {"device": "cpu", "n_gpus_per_node": 1, "device_memory_gib": 2},
-    "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False,
-               "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
-               "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
-               "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False]},
+    "search": {
+        "actor_rollout_ref.actor.use_dynamic_bsz": False,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
+    },
     "budget": {"max_trials": 4, "trial_timeout_s": 120},
 }
 
@@ -37,9 +48,14 @@ JOB = {
 def _recorder(job: Path, out: Path, tmp: Path, k: int) -> subprocess.Popen:
     env = dict(os.environ, AUTOTUNER_DATA_DIR=str(tmp / f"data{k}"), AUTOTUNER_RAY_NUM_CPUS="1")
     env.pop("AUTOTUNER_RAY_ADDRESS", None)
-    return subprocess.Popen([sys.executable, "-m", "benchmarks.search.record", str(job), str(out)],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.search.record", str(job), str(out)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _ran(proc: subprocess.Popen) -> int:
@@ -60,8 +76,10 @@ def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(
     gone.wait()
     # A recorder that died mid-trial (its claim is taken over) and one still running
     # (this test: its config is left to it).
-    claims = {"dead-0": {"config": keys[0], "pid": gone.pid, "host": os.uname().nodename},
-              "live-0": {"config": keys[1], "pid": os.getpid(), "host": os.uname().nodename}}
+    claims = {
+        "dead-0": {"config": keys[0], "pid": gone.pid, "host": os.uname().nodename},
+        "live-0": {"config": keys[1], "pid": os.getpid(), "host": os.uname().nodename},
+    }
     Path(f"{out}.claims").write_text(json.dumps(claims))
 
     first, second = _recorder(job, out, tmp_path, 1), _recorder(job, out, tmp_path, 2)

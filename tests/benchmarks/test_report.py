@@ -54,8 +54,9 @@ def test_an_engine_that_started_slowly_is_listed_with_its_timing_lines() -> None
     assert len(listed) == 1 and listed[0].startswith("- trial 0: 249 s, "), listed
     assert "    (no timing lines recorded)" in text
     tp2 = next(t for t in doc["jobs"][0]["trials"] if t["number"] == 0)
-    tp2["timing_lines"] = ["INFO 11-21 21:25:40 [core.py:403] init engine (profile, create kv "
-                           "cache, warmup model) took 201.30 s"]
+    tp2["timing_lines"] = [
+        "INFO 11-21 21:25:40 [core.py:403] init engine (profile, create kv cache, warmup model) took 201.30 s"
+    ]
     assert "    INFO 11-21 21:25:40 [core.py:403] init engine" in report(doc)
     for t in doc["jobs"][0]["trials"]:  # the same start-ups everywhere: none is slow
         if "engine_startup_s" in (t.get("metrics") or {}):

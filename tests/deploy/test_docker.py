@@ -53,8 +53,11 @@ def entrypoint_roles() -> set[str]:
 def test_every_image_builds_from_a_dockerfile_that_runs_the_ci_install_script():
     services = compose()["services"]
     built = {s["build"]["dockerfile"] for s in services.values() if "build" in s}
-    assert built == {"docker/api.Dockerfile", "docker/worker-vllm.Dockerfile",
-                     "docker/worker-sglang.Dockerfile"}
+    assert built == {
+        "docker/api.Dockerfile",
+        "docker/worker-vllm.Dockerfile",
+        "docker/worker-sglang.Dockerfile",
+    }
     ci = (ROOT / ".ci/run").read_text()
     assert "bash scripts/setup.sh" in ci
     for dockerfile in built:
@@ -71,15 +74,15 @@ def test_every_image_builds_from_a_dockerfile_that_runs_the_ci_install_script():
 
 def test_the_images_pin_one_ray_version():
     pins = dict(
-        line.split("==") for line in (DOCKER / "constraints.txt").read_text().splitlines()
+        line.split("==")
+        for line in (DOCKER / "constraints.txt").read_text().splitlines()
         if line and not line.startswith("#")
     )
     assert re.fullmatch(r"\d+\.\d+\.\d+", pins["ray"])
 
 
 def test_the_entrypoint_refuses_an_unknown_role():
-    run = subprocess.run(["bash", str(DOCKER / "entrypoint.sh"), "nonsense"],
-                         capture_output=True, text=True)
+    run = subprocess.run(["bash", str(DOCKER / "entrypoint.sh"), "nonsense"], capture_output=True, text=True)
     assert run.returncode == 2 and "unknown role nonsense" in run.stderr
 
 
@@ -97,7 +100,9 @@ print("ok", type(app).__name__)
 """
 
 
-CHECK_AN_ENGINE_BLOCKED = BLOCK_ENGINES.split("import autotuner.api.app")[0] + """
+CHECK_AN_ENGINE_BLOCKED = (
+    BLOCK_ENGINES.split("import autotuner.api.app")[0]
+    + """
 from autotuner.errors import EngineUnavailableError
 from autotuner.jobs import check_engine_environment
 from autotuner.settings import Settings
@@ -112,13 +117,15 @@ for engine in sorted(BACKENDS):
     except EngineUnavailableError as exc:
         print(engine, "missing:", exc)
 """
+)
 
 
 def test_the_control_plane_checks_an_engine_without_importing_it():
     # Whether a job's trials find their engine is asked of the trials' Python, never of this
     # process: here both engines' imports are blocked, and the check still answers.
-    run = subprocess.run([sys.executable, "-c", CHECK_AN_ENGINE_BLOCKED], capture_output=True,
-                         text=True, cwd=ROOT, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", CHECK_AN_ENGINE_BLOCKED], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["sglang", "vllm"], run.stdout
@@ -126,7 +133,8 @@ def test_the_control_plane_checks_an_engine_without_importing_it():
 
 
 def test_the_control_plane_runs_without_torch_or_an_engine():
-    run = subprocess.run([sys.executable, "-c", BLOCK_ENGINES], capture_output=True, text=True,
-                         cwd=ROOT, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", BLOCK_ENGINES], capture_output=True, text=True, cwd=ROOT, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.strip() == "ok FastAPI"

@@ -45,9 +45,16 @@ def test_concurrent_writers_lose_nothing(database_url: str) -> None:
     database = Database(url)
     database.upgrade()
     optuna.create_study(study_name="shared", storage=url)
-    writers = [subprocess.Popen([sys.executable, "-c", WRITER, url, f"w{n}", str(ROUNDS)],
-                                cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True) for n in range(WRITERS)]
+    writers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, url, f"w{n}", str(ROUNDS)],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for n in range(WRITERS)
+    ]
     outputs = [w.communicate(timeout=300)[0] for w in writers]
     assert [w.returncode for w in writers] == [0] * WRITERS, "\n".join(outputs)
 

@@ -106,9 +106,7 @@ def test_unreachable_database_is_retried_with_backoff(caplog: pytest.LogCaptureF
     assert all("s3cret-pw" not in message for message in _retry_warnings(caplog))
 
 
-@pytest.mark.parametrize(
-    "url", ["not a url", "postgresql+nosuchdriver://autotuner:s3cret-pw@localhost/jobs"]
-)
+@pytest.mark.parametrize("url", ["not a url", "postgresql+nosuchdriver://autotuner:s3cret-pw@localhost/jobs"])
 def test_bad_url_raises_invalid_url_without_the_password(url: str) -> None:
     with pytest.raises(InvalidDatabaseUrlError) as raised:
         Database(url)

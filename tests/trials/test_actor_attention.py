@@ -6,8 +6,15 @@ import torch
 
 from trials import actor
 
-TINY = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128}
+TINY = {
+    "model_type": "qwen2",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 1,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 128,
+}
 
 
 def test_building_the_actor_turns_cudnn_attention_off() -> None:

@@ -48,9 +48,7 @@ def test_fsdp2_world_of_one_on_gloo_keeps_fp32_master_weights_and_adam_state(tin
         # AdamW's step counters), and the reference model in the compute dtype (not
         # offloaded on a CPU device).
         n_actor, n_ref = _params(model), _params(state.ref)
-        buffers = sum(
-            b.untyped_storage().nbytes() for m in (model, state.ref) for b in m.buffers()
-        )
+        buffers = sum(b.untyped_storage().nbytes() for m in (model, state.ref) for b in m.buffers())
         steps = 4 * len(params)
         assert resident_bytes(state, "cpu") == 12 * n_actor + 2 * n_ref + buffers + steps
         metrics, timings = {}, {}
@@ -85,8 +83,13 @@ def test_a_torchrun_style_environment_is_used_as_given(tiny_config, monkeypatch)
     from trials.distributed import free_port
 
     port = str(free_port())
-    for key, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", port), ("RANK", "0"),
-                       ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+    for key, value in (
+        ("MASTER_ADDR", "127.0.0.1"),
+        ("MASTER_PORT", port),
+        ("RANK", "0"),
+        ("WORLD_SIZE", "1"),
+        ("LOCAL_RANK", "0"),
+    ):
         monkeypatch.setenv(key, value)
     with actor_world("cpu", 8) as world:  # the launcher's world wins over n_ranks
         assert (world.backend, world.world_size) == ("gloo", 1)
@@ -94,9 +97,7 @@ def test_a_torchrun_style_environment_is_used_as_given(tiny_config, monkeypatch)
 
 
 def test_plain_actor_without_a_process_group(tiny_config):
-    spec = make_spec(
-        tiny_config, phases=["train"], actor_fsdp=False, requests=8, local_mini_batch_size=8
-    )
+    spec = make_spec(tiny_config, phases=["train"], actor_fsdp=False, requests=8, local_mini_batch_size=8)
     state = build_actor_state(spec, "float32", None)
     assert not state.fsdp and not torch.distributed.is_initialized()
     assert all(p.dtype == torch.float32 for p in state.model.parameters())

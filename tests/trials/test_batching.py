@@ -25,9 +25,7 @@ def test_token_budget_rejects_a_sequence_longer_than_the_budget():
 
 
 def test_update_plan_steps_once_per_mini_batch():
-    plan = update_plan(
-        [10] * 10, mini_batch_size=4, micro_batch_size=3, dynamic=False, max_tokens=0
-    )
+    plan = update_plan([10] * 10, mini_batch_size=4, micro_batch_size=3, dynamic=False, max_tokens=0)
     assert [mb.indices for mb in plan] == [(0, 1, 2), (3,), (4, 5, 6), (7,), (8, 9)]
     assert [mb.ends_mini_batch for mb in plan] == [False, True, False, True, True]
 

@@ -72,8 +72,7 @@ def test_an_engine_error_noticed_first_becomes_the_death_behind_it() -> None:
     watch.start()
     engine.kill()
     engine.join()
-    with (pytest.raises(EngineDied, match="EngineCore was killed by SIGKILL") as raised,
-          named_deaths(watch)):
+    with pytest.raises(EngineDied, match="EngineCore was killed by SIGKILL") as raised, named_deaths(watch):
         raise EngineDeadError("EngineCore encountered an issue. See stack trace (above)")
     assert isinstance(raised.value.__cause__, EngineDeadError)
     time.sleep(0.1)  # a signal still on its way would raise here

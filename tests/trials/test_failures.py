@@ -76,14 +76,18 @@ NAMED_ERRORS = [
     ),
     ("RuntimeError: NCCL error: unhandled cuda error", "NcclError"),
     (
-        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed "
-        "or device error.",
+        "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error.",
         "NcclError",
     ),
-    ("terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL "
-     "Error 1: unhandled cuda error", "NcclError"),
-    ("Test NCCL failure common.cu:1204 'unhandled system error (run with NCCL_DEBUG=INFO for "
-     "details) / '", "NcclError"),
+    (
+        "terminate called after throwing an instance of 'std::runtime_error'\n  what():  NCCL "
+        "Error 1: unhandled cuda error",
+        "NcclError",
+    ),
+    (
+        "Test NCCL failure common.cu:1204 'unhandled system error (run with NCCL_DEBUG=INFO for details) / '",
+        "NcclError",
+    ),
     ("RuntimeError: CUDA driver error: invalid argument", "CudaDriverError"),
     ("NVRM: Xid (PCI:0000:18:00): 79, pid=1234, GPU has fallen off the bus.", "CudaDriverError"),
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "CudaDriverError"),
@@ -146,9 +150,7 @@ def test_real_torch_allocator_failure():
 
 
 def test_wrapper_error_is_classified_by_the_engine_log():
-    wrapper = RuntimeError(
-        "Engine core initialization failed. See root cause above. Failed core proc(s): {}"
-    )
+    wrapper = RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
     log = "(EngineCore pid=7) ValueError: No available memory for the cache blocks. Try ..."
     assert classify(wrapper, log) == "oom"
     assert classify(wrapper, "(EngineCore pid=7) KeyError: 'model_type'") == "error"
@@ -166,8 +168,10 @@ def test_an_engine_death_behind_vllms_dead_engine_error_is_classified_by_the_log
             try:
                 raise EngineDeadError("EngineCore encountered an issue. See stack trace (above)")
             except EngineDeadError as front_end:
-                raise EngineDied("the engine process EngineCore (pid 7) exited with code 1 "
-                                 "while the trial ran; the engine cannot finish") from front_end
+                raise EngineDied(
+                    "the engine process EngineCore (pid 7) exited with code 1 "
+                    "while the trial ran; the engine cannot finish"
+                ) from front_end
         except EngineDied as exc:
             return exc
 
@@ -200,14 +204,21 @@ SGLANG_SCHEDULER_LOG = (
 )
 
 
-@pytest.mark.parametrize("wrapper", [
-    RuntimeError("Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
-                 "(SIGKILL), a common cause is the OS OOM killer."),
-    RuntimeError("Initialization failed. Please see the error messages above."),
-    # trials.rollout.sglang, when an SGLang process signals the trial that it failed.
-    EngineDied("an SGLang process failed and signalled the trial (SIGQUIT); see the engine's log "
-               "above while the trial ran"),
-])
+@pytest.mark.parametrize(
+    "wrapper",
+    [
+        RuntimeError(
+            "Rank 0 scheduler died during initialization (exit code: 1). If exit code is -9 "
+            "(SIGKILL), a common cause is the OS OOM killer."
+        ),
+        RuntimeError("Initialization failed. Please see the error messages above."),
+        # trials.rollout.sglang, when an SGLang process signals the trial that it failed.
+        EngineDied(
+            "an SGLang process failed and signalled the trial (SIGQUIT); see the engine's log "
+            "above while the trial ran"
+        ),
+    ],
+)
 def test_sglangs_wrappers_are_classified_by_its_schedulers_log(wrapper):
     assert classify_failure(wrapper, SGLANG_SCHEDULER_LOG) == ("oom", None)
     assert classify(wrapper, "Scheduler hit an exception: KeyError: 'model_type'") == "error"

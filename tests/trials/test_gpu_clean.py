@@ -40,9 +40,7 @@ def test_memory_nobody_visible_holds_is_still_reported():
 
 def test_waits_for_a_previous_trial_to_let_go():
     readings = iter([[HELD], [HELD], [CLEAN]])
-    assert wait_for_clean_gpus(2.0, wait_s=5.0, read=lambda: next(readings), poll_s=0.01) == [
-        CLEAN
-    ]
+    assert wait_for_clean_gpus(2.0, wait_s=5.0, read=lambda: next(readings), poll_s=0.01) == [CLEAN]
 
 
 def test_refuses_after_the_wait_and_is_an_error_not_an_oom():

@@ -32,8 +32,10 @@ def _sglang_missing() -> str | None:
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU with CUDA"),
-    pytest.mark.skipif(_sglang_missing() is not None, reason="no SGLang environment: "
-                       "set AUTOTUNER_ENGINE_PYTHONPATH__SGLANG (or ..._PYTHON__SGLANG)"),
+    pytest.mark.skipif(
+        _sglang_missing() is not None,
+        reason="no SGLang environment: set AUTOTUNER_ENGINE_PYTHONPATH__SGLANG (or ..._PYTHON__SGLANG)",
+    ),
 ]
 
 
@@ -81,7 +83,9 @@ def test_a_kv_pool_too_small_for_the_requests_is_an_oom_not_a_fast_success():
     spec.rollout.engine_kwargs = {"max_total_tokens": 300}
     result = _launch(spec, 600)
     assert (result.status, result.phase, result.error_type) == ("oom", "rollout", "KvCacheExhausted"), (
-        result.error_message, result.log_tail[-3000:])
+        result.error_message,
+        result.log_tail[-3000:],
+    )
     assert "the KV cache ran out" in result.error_message
 
 
@@ -90,6 +94,9 @@ def test_a_budget_too_small_for_the_weights_is_an_oom_at_startup():
     spec.rollout.gpu_memory_utilization = 0.002  # ~0.3 GiB of an H100/H200: less than the weights
     result = _launch(spec, 600)
     assert (result.status, result.phase) == ("oom", "startup"), (
-        result.error_type, result.error_message, result.log_tail[-3000:])
+        result.error_type,
+        result.error_message,
+        result.log_tail[-3000:],
+    )
     assert result.error_type != "TrialProcessDied"  # the trial recorded it, SGLang did not kill it
     assert result.metrics["gpu_memory_after_gib"] < 2.0

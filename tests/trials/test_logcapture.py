@@ -14,9 +14,7 @@ def test_tail_holds_what_this_process_and_its_children_write():
     with StderrTail() as tail:
         os.write(2, b"from this process\n")
         logging.getLogger("x").error("from logging")
-        subprocess.run(
-            [sys.executable, "-c", "import sys; sys.stderr.write('from a child\\n')"], check=True
-        )
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('from a child\\n')"], check=True)
         inside = current_text()
     text = tail.text()
     assert "from this process" in text and "from a child" in text
@@ -40,8 +38,6 @@ def test_pipe_mode_when_stderr_is_not_a_file():
         "    inside = tail.text()\n"
         "print(repr(inside))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert "mine" in done.stdout and "child" in done.stdout  # kept in the tail
     assert "mine" in done.stderr and "child" in done.stderr  # and still passed through

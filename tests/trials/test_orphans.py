@@ -43,9 +43,13 @@ def test_killing_the_launcher_mid_rollout_leaves_no_engine_behind(tmp_path):
     spec_path = tmp_path / "spec.json"
     spec_path.write_text(spec.to_json())
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(spec_path),
-                                 str(tmp_path / "out.json")], stdout=subprocess.PIPE, text=True,
-                                env=env, cwd=REPO)
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(spec_path), str(tmp_path / "out.json")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
     trial_pid = int(launcher.stdout.readline())
     # Wait until the engine process exists: the trial is then blocked inside vLLM.
     deadline = time.monotonic() + 120

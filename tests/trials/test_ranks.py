@@ -30,10 +30,14 @@ def test_each_rank_gets_its_replicas_requests_and_its_own_sequences(tiny_config)
     spec.rollout.tensor_model_parallel_size = 2  # two replicas of two GPUs
     parts = [rank_spec(spec, r) for r in range(4)]
     assert [p.prompt_lengths for p in parts] == [
-        spec.prompt_lengths[:32], spec.prompt_lengths[:32],
-        spec.prompt_lengths[32:], spec.prompt_lengths[32:]]
+        spec.prompt_lengths[:32],
+        spec.prompt_lengths[:32],
+        spec.prompt_lengths[32:],
+        spec.prompt_lengths[32:],
+    ]
     assert [p.train_prompt_lengths for p in parts] == [
-        spec.train_prompt_lengths[16 * r:16 * (r + 1)] for r in range(4)]
+        spec.train_prompt_lengths[16 * r : 16 * (r + 1)] for r in range(4)
+    ]
     assert {p.trial_gpus for p in parts} == {1} and {p.n_gpus for p in parts} == {8}
     assert [rotated_gpus(["4", "5", "6", "7"], r) for r in (0, 2)] == ["4,5,6,7", "6,7,4,5"]
 
@@ -41,14 +45,32 @@ def test_each_rank_gets_its_replicas_requests_and_its_own_sequences(tiny_config)
 def test_merge_takes_the_slowest_rank_per_phase_and_adds_up_the_replicas(tiny_config):
     spec = ranked_spec(tiny_config, "merge", ranks=2, n_gpus=4)
     ranks = [
-        TrialResult("merge", "ok", metrics={
-            "rollout_makespan_s": 2.0, "rollout_generated_tokens": 100.0,
-            "rollout_prompt_tokens": 50.0, "rollout_requests": 16.0, "kv_cache_tokens": 900.0,
-            "peak_memory_gib": 3.0}, phase_timings_s={"rollout": 2.0, "update_actor": 1.0}),
-        TrialResult("merge", "ok", metrics={
-            "rollout_makespan_s": 4.0, "rollout_generated_tokens": 140.0,
-            "rollout_prompt_tokens": 60.0, "rollout_requests": 16.0, "kv_cache_tokens": 800.0,
-            "peak_memory_gib": 5.0}, phase_timings_s={"rollout": 4.0, "update_actor": 3.0}),
+        TrialResult(
+            "merge",
+            "ok",
+            metrics={
+                "rollout_makespan_s": 2.0,
+                "rollout_generated_tokens": 100.0,
+                "rollout_prompt_tokens": 50.0,
+                "rollout_requests": 16.0,
+                "kv_cache_tokens": 900.0,
+                "peak_memory_gib": 3.0,
+            },
+            phase_timings_s={"rollout": 2.0, "update_actor": 1.0},
+        ),
+        TrialResult(
+            "merge",
+            "ok",
+            metrics={
+                "rollout_makespan_s": 4.0,
+                "rollout_generated_tokens": 140.0,
+                "rollout_prompt_tokens": 60.0,
+                "rollout_requests": 16.0,
+                "kv_cache_tokens": 800.0,
+                "peak_memory_gib": 5.0,
+            },
+            phase_timings_s={"rollout": 4.0, "update_actor": 3.0},
+        ),
     ]
     m = merge(spec, ranks).metrics
     assert m["rollout_makespan_s"] == 4.0 and m["peak_memory_gib"] == 5.0
@@ -65,22 +87,35 @@ def test_merge_takes_the_slowest_rank_per_phase_and_adds_up_the_replicas(tiny_co
 
 def test_merge_reports_the_rank_that_failed_not_the_ones_it_stopped(tiny_config):
     spec = ranked_spec(tiny_config, "culprit")
-    stopped = TrialResult("culprit", "error", phase="startup", error_type="PeerFailed",
-                          error_message="rank 1 failed")
-    oom = TrialResult("culprit", "oom", phase="update_actor", error_type="OutOfMemoryError",
-                      error_message="CUDA out of memory", log_tail="tail of rank 1")
+    stopped = TrialResult(
+        "culprit", "error", phase="startup", error_type="PeerFailed", error_message="rank 1 failed"
+    )
+    oom = TrialResult(
+        "culprit",
+        "oom",
+        phase="update_actor",
+        error_type="OutOfMemoryError",
+        error_message="CUDA out of memory",
+        log_tail="tail of rank 1",
+    )
     merged = merge(spec, [stopped, oom])
-    assert (merged.status, merged.phase, merged.error_type) == ("oom", "update_actor",
-                                                                "OutOfMemoryError")
+    assert (merged.status, merged.phase, merged.error_type) == ("oom", "update_actor", "OutOfMemoryError")
     assert merged.error_message.startswith("rank 1: ") and merged.log_tail == "tail of rank 1"
     assert "throughput_tokens_per_s_per_gpu" not in merged.metrics
     # A rank killed before it could say anything: its abort note (the coordinator's) stands.
     died = TrialResult("culprit", "error", error_type="TrialProcessDied", error_message="x")
-    merged = merge(spec, [stopped, died], {"rank": 1, "status": "oom", "phase": "rollout",
-                                           "error_type": "OutOfMemoryError",
-                                           "error_message": "killed"})
-    assert (merged.status, merged.phase, merged.error_message) == ("oom", "rollout",
-                                                                   "rank 1: killed")
+    merged = merge(
+        spec,
+        [stopped, died],
+        {
+            "rank": 1,
+            "status": "oom",
+            "phase": "rollout",
+            "error_type": "OutOfMemoryError",
+            "error_message": "killed",
+        },
+    )
+    assert (merged.status, merged.phase, merged.error_message) == ("oom", "rollout", "rank 1: killed")
 
 
 def test_a_world_of_two_ranks_trains_over_a_real_process_group(tiny_config):
@@ -96,8 +131,7 @@ def test_a_world_of_two_ranks_trains_over_a_real_process_group(tiny_config):
     other = sum(spec.train_prompt_lengths[16:]) + sum(spec.train_response_lengths[16:])
     assert m["train_tokens"] == max(half, other)
     assert m["step_tokens"] == half + other
-    assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(
-        (half + other) / m["step_time_s"] / 2)
+    assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx((half + other) / m["step_time_s"] / 2)
     assert sessions.leftovers() == []
 
 

@@ -38,9 +38,7 @@ def test_trials_never_imports_the_control_plane():
         str(path.relative_to(REPO))
         for path in (REPO / "trials").rglob("*.py")
         if any(
-            line.strip().startswith(
-                ("import autotuner", "from autotuner", "import storage", "from storage")
-            )
+            line.strip().startswith(("import autotuner", "from autotuner", "import storage", "from storage"))
             for line in path.read_text().splitlines()
         )
     ]

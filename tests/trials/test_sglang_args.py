@@ -14,22 +14,39 @@ from trials.rollout.sglang import _on_sigquit, emulated_fraction, engine_kwargs
 
 
 def _cuda_spec(**rollout):
-    spec = make_spec(json.loads(QWEN_05B_CONFIG.read_text()), device="cuda",
-                     device_memory_cap_gib=None)
+    spec = make_spec(json.loads(QWEN_05B_CONFIG.read_text()), device="cuda", device_memory_cap_gib=None)
     for key, value in rollout.items():
         setattr(spec.rollout, key, value)
     return spec
 
 
 def test_verls_keys_map_to_sglangs_arguments():
-    spec = _cuda_spec(engine="sglang", gpu_memory_utilization=0.7, max_num_seqs=512,
-                      tensor_model_parallel_size=2, enforce_eager=True,
-                      max_num_batched_tokens=4096, max_model_len=4096)
+    spec = _cuda_spec(
+        engine="sglang",
+        gpu_memory_utilization=0.7,
+        max_num_seqs=512,
+        tensor_model_parallel_size=2,
+        enforce_eager=True,
+        max_num_batched_tokens=4096,
+        max_model_len=4096,
+    )
     kwargs = engine_kwargs(spec, "bfloat16", "/m")
-    assert {k: kwargs[k] for k in ("mem_fraction_static", "max_running_requests", "tp_size",
-                                   "disable_cuda_graph", "chunked_prefill_size")} == {
-        "mem_fraction_static": 0.7, "max_running_requests": 512, "tp_size": 2,
-        "disable_cuda_graph": True, "chunked_prefill_size": 4096}
+    assert {
+        k: kwargs[k]
+        for k in (
+            "mem_fraction_static",
+            "max_running_requests",
+            "tp_size",
+            "disable_cuda_graph",
+            "chunked_prefill_size",
+        )
+    } == {
+        "mem_fraction_static": 0.7,
+        "max_running_requests": 512,
+        "tp_size": 2,
+        "disable_cuda_graph": True,
+        "chunked_prefill_size": 4096,
+    }
     # Dummy weights, token ids in, no tokenizer; as verl: memory saver with a CPU copy of the
     # weights (its hybrid engine sleeps), no context_length; SGLang picks its attention.
     assert kwargs["model_path"] == "/m" and kwargs["load_format"] == "dummy"
@@ -44,24 +61,35 @@ def test_verls_keys_map_to_sglangs_arguments():
 
 
 def test_every_knob_with_an_sglang_argument_reaches_it_with_its_value():
-    config = {R + "max_model_len": 4096, R + "gpu_memory_utilization": 0.65,
-              R + "max_num_seqs": 128, R + "tensor_model_parallel_size": 4,
-              R + "enforce_eager": False, SGLANG_KWARGS + "chunked_prefill_size": 2048}
+    config = {
+        R + "max_model_len": 4096,
+        R + "gpu_memory_utilization": 0.65,
+        R + "max_num_seqs": 128,
+        R + "tensor_model_parallel_size": 4,
+        R + "enforce_eager": False,
+        SGLANG_KWARGS + "chunked_prefill_size": 2048,
+    }
     rollout, _ = knobs_for_trial(config, "sglang")
     spec = _cuda_spec()
     spec.rollout = rollout
     kwargs = engine_kwargs(spec, "bfloat16", "/m")
     mapped = {k.sglang_arg: config[path] for path, k in KNOBS.items() if k.sglang_arg}
-    assert set(mapped) == {"mem_fraction_static", "max_running_requests", "tp_size",
-                           "disable_cuda_graph", "chunked_prefill_size"}
+    assert set(mapped) == {
+        "mem_fraction_static",
+        "max_running_requests",
+        "tp_size",
+        "disable_cuda_graph",
+        "chunked_prefill_size",
+    }
     assert {arg: kwargs[arg] for arg in mapped} == mapped
     # verl passes vLLM's token budget to vLLM only.
     assert KNOBS[R + "max_num_batched_tokens"].engines == ("vllm",)
 
 
 def test_engine_kwargs_are_merged_last():
-    spec = _cuda_spec(engine_kwargs={"chunked_prefill_size": -1, "attention_backend": "fa3",
-                                     "max_total_tokens": 300})
+    spec = _cuda_spec(
+        engine_kwargs={"chunked_prefill_size": -1, "attention_backend": "fa3", "max_total_tokens": 300}
+    )
     kwargs = engine_kwargs(spec, "bfloat16", "/m")
     assert kwargs["chunked_prefill_size"] == -1 and kwargs["attention_backend"] == "fa3"
     assert kwargs["max_total_tokens"] == 300

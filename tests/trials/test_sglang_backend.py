@@ -47,8 +47,9 @@ def stand_in(monkeypatch):
 
 
 def _spec(requests: int = 8):
-    spec = make_spec(json.loads(QWEN_05B_CONFIG.read_text()), requests=requests, device="cuda",
-                     device_memory_cap_gib=None)
+    spec = make_spec(
+        json.loads(QWEN_05B_CONFIG.read_text()), requests=requests, device="cuda", device_memory_cap_gib=None
+    )
     spec.rollout.engine = "sglang"
     spec.warmup_requests = 2
     return spec
@@ -115,8 +116,12 @@ def test_sleep_and_wake_release_and_resume_what_verl_releases(stand_in):
     finally:
         backend.shutdown()
     assert engine.calls[:5] == [
-        ("release", ("kv_cache", "weights")), ("resume", ("weights",)),
-        ("resume", ("kv_cache",)), ("flush", ()), ("release", ("kv_cache", "weights"))]
+        ("release", ("kv_cache", "weights")),
+        ("resume", ("weights",)),
+        ("resume", ("kv_cache",)),
+        ("flush", ()),
+        ("release", ("kv_cache", "weights")),
+    ]
     assert engine.calls[5] == ("resume", ("kv_cache", "weights")) and not engine.offload_tags
 
 
@@ -128,9 +133,12 @@ def test_a_failure_sglang_signals_raises_in_the_blocked_generation(stand_in):
     try:
         with StderrTail() as tail:
             # What a scheduler does when it hits an exception: log it, SIGQUIT its parent.
-            print("[2026-11-21 12:00:00] Scheduler hit an exception: Traceback (most recent call "
-                  "last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
-                  file=sys.stderr, flush=True)
+            print(
+                "[2026-11-21 12:00:00] Scheduler hit an exception: Traceback (most recent call "
+                "last):\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                file=sys.stderr,
+                flush=True,
+            )
             threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGQUIT)).start()
             with pytest.raises(EngineDied, match="see the engine's log") as caught:
                 backend.generate([[1, 2, 3]], [4])

@@ -44,8 +44,7 @@ class TrialSessions(Poller):
         self._before = set(self._leaders())
 
     def _leaders(self) -> list[int]:
-        return [pid for pid, fields in proc_stats()
-                if int(fields[1]) == self._me and int(fields[3]) == pid]
+        return [pid for pid, fields in proc_stats() if int(fields[1]) == self._me and int(fields[3]) == pid]
 
     def poll(self) -> None:
         self.sids.update(pid for pid in self._leaders() if pid not in self._before)

@@ -30,11 +30,19 @@ FINISHED = ("succeeded", "failed", "cancelled")
 # A train-only job on the tiny model: 3 trials of real torch steps on the CPU.
 E2E_JOB: dict[str, Any] = {
     "name": "web-e2e",
-    "workload": {"model": "tiny", "dtype": "float32", "phases": "train",
-                 "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
-                 "response_length": {"kind": "uniform", "low": 16, "high": 64},
-                 "max_prompt_length": 48, "max_response_length": 64,
-                 "train_batch_size": 16, "n": 2, "ppo_mini_batch_size": 8, "use_kl_loss": False},
+    "workload": {
+        "model": "tiny",
+        "dtype": "float32",
+        "phases": "train",
+        "prompt_length": {"kind": "uniform", "low": 16, "high": 48},
+        "response_length": {"kind": "uniform", "low": 16, "high": 64},
+        "max_prompt_length": 48,
+        "max_response_length": 64,
+        "train_batch_size": 16,
+        "n": 2,
+        "ppo_mini_batch_size": 8,
+        "use_kl_loss": False,
+    },
     "cluster": {"device": "cpu"},
     "budget": {"max_trials": 3, "trial_timeout_s": 120},
     "sampler": "random",
@@ -56,8 +64,13 @@ class Server:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotuner.cli", "serve", "--port", str(self.port)],
-                cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -157,16 +170,23 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     downloads = tmp_path_factory.mktemp("downloads")
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync", "--disable-quic",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000",
-                 f"--user-data-dir={profile}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+        "--disable-quic",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        f"--user-data-dir={profile}",
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    driver.execute_cdp_cmd("Page.setDownloadBehavior",
-                           {"behavior": "allow", "downloadPath": str(downloads)})
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     driver.download_dir = downloads
     try:
         yield driver

@@ -33,11 +33,17 @@ def _status(browser: Any) -> str:
 
 def _column(browser: Any, key: str) -> list[str]:
     """The trials table's ``data-sort`` values of one column, top to bottom."""
-    return list(_js(browser, """
+    return list(
+        _js(
+            browser,
+            """
         const table = document.getElementById('trials-table');
         const index = Array.from(table.tHead.rows[0].cells).findIndex(th => th.dataset.key === arguments[0]);
         return Array.from(table.tBodies[0].rows).map(row => row.cells[index].dataset.sort);
-    """, key))
+    """,
+            key,
+        )
+    )
 
 
 def _click_header(browser: Any, key: str) -> None:
@@ -71,18 +77,20 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     assert progress == "3 / 3"
 
     # The scatter: exactly one point per measured trial, the front in its own trace.
-    traces = _js(browser, """
+    traces = _js(
+        browser,
+        """
         return document.getElementById('pareto-plot').data.map(t => ({
             name: t.name, numbers: Array.from(t.customdata || []), x: Array.from(t.x),
             y: Array.from(t.y), text: Array.from(t.text || [])}));
-    """)
+    """,
+    )
     assert sorted(n for t in traces for n in t["numbers"]) == measured
     by_name = {t["name"]: t for t in traces}
     assert sorted(by_name["Pareto front"]["numbers"]) == sorted(p["number"] for p in pareto)
     metrics = {t["number"]: t["metrics"] for t in trials}
     for trace in traces:
-        for number, x, y, text in zip(trace["numbers"], trace["x"], trace["y"], trace["text"],
-                                      strict=True):
+        for number, x, y, text in zip(trace["numbers"], trace["x"], trace["y"], trace["text"], strict=True):
             assert x == pytest.approx(metrics[number]["peak_memory_gib"])
             assert y == pytest.approx(metrics[number]["throughput_tokens_per_s_per_gpu"])
             assert f"trial {number}</b> · ok" in text
@@ -105,8 +113,12 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     from selenium.webdriver.common.action_chains import ActionChains
 
     ActionChains(browser).move_to_element(star).pause(0.3).click().perform()
-    _wait(browser, lambda b: b.find_element("id", "selection").is_displayed(), 10,
-          "clicking a point showed no selection")
+    _wait(
+        browser,
+        lambda b: b.find_element("id", "selection").is_displayed(),
+        10,
+        "clicking a point showed no selection",
+    )
     assert browser.find_element("css selector", "#selection a[data-download]").is_displayed()
 
     # Download: the row's link is a real download (a file in Chromium's download folder),
@@ -127,9 +139,12 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     assert "actor_rollout_ref" in config and "rollout" in config["actor_rollout_ref"]
 
     # Everything the page loaded came from the server itself.
-    origins = _js(browser, """
+    origins = _js(
+        browser,
+        """
         return performance.getEntriesByType('resource').map(e => new URL(e.name).origin);
-    """)
+    """,
+    )
     assert set(origins) <= {server.url}
     assert _severe_console_errors(browser) == []
 
@@ -137,14 +152,18 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     _click_header(browser, key)
     _js(browser, "window.scrollTo(0, 0)")
     size = browser.execute_cdp_cmd("Page.getLayoutMetrics", {})["cssContentSize"]
-    shot = browser.execute_cdp_cmd("Page.captureScreenshot", {
-        "format": "png", "captureBeyondViewport": True,
-        "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1}})
+    shot = browser.execute_cdp_cmd(
+        "Page.captureScreenshot",
+        {
+            "format": "png",
+            "captureBeyondViewport": True,
+            "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"], "scale": 1},
+        },
+    )
     (ARTIFACTS / "job-page.png").write_bytes(base64.b64decode(shot["data"]))
 
 
-def test_submit_form_reports_the_field_then_submits_and_cancels(server: Any,
-                                                                 browser: Any) -> None:
+def test_submit_form_reports_the_field_then_submits_and_cancels(server: Any, browser: Any) -> None:
     browser.get(server.url + "/")
     spec = browser.find_element("id", "spec")
     error = browser.find_element("id", "submit-error")
@@ -152,18 +171,30 @@ def test_submit_form_reports_the_field_then_submits_and_cancels(server: Any,
     # A spec the API refuses: the page shows its message, naming the field.
     example = spec.get_attribute("value")
     assert "train_batch_size: 16" in example
-    _js(browser, "arguments[0].value = arguments[1]", spec,
-        example.replace("train_batch_size: 16", "train_batch_size: 0"))
+    _js(
+        browser,
+        "arguments[0].value = arguments[1]",
+        spec,
+        example.replace("train_batch_size: 16", "train_batch_size: 0"),
+    )
     browser.find_element("id", "submit-button").click()
-    _wait(browser, lambda b: b.find_element("id", "submit-error").is_displayed(), 30,
-          "no error shown for an invalid spec")
+    _wait(
+        browser,
+        lambda b: b.find_element("id", "submit-error").is_displayed(),
+        30,
+        "no error shown for an invalid spec",
+    )
     assert "422" in error.text and "workload.train_batch_size" in error.text
     assert browser.current_url == server.url + "/"
 
     # A valid one (JSON this time): 201, and the browser lands on the new job's page.
-    _js(browser, "arguments[0].value = arguments[1]", spec,
+    _js(
+        browser,
+        "arguments[0].value = arguments[1]",
+        spec,
         '{"name": "web-form", "workload": {"model": "tiny", "phases": "train", "dtype": "float32"},'
-        ' "cluster": {"device": "cpu"}, "budget": {"max_trials": 2, "trial_timeout_s": 60}}')
+        ' "cluster": {"device": "cpu"}, "budget": {"max_trials": 2, "trial_timeout_s": 60}}',
+    )
     browser.find_element("id", "submit-button").click()
     _wait(browser, lambda b: "/jobs/" in b.current_url, 30, "no navigation to the new job")
     job_id = browser.current_url.rsplit("/", 1)[1]

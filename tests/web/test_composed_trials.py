@@ -23,8 +23,7 @@ GMU, SEQS = "actor_rollout_ref.rollout.gpu_memory_utilization", "actor_rollout_r
 ROLLOUT = (GMU, SEQS)
 
 
-def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the_api(
-        tmp_path: Path) -> None:
+def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the_api(tmp_path: Path) -> None:
     """On this landscape the study pairs each of its 4 rollout settings with verl's defaults'
     train side first (the best one here, so no composition beats them afterwards: the
     compositions' own record is tested in tests/autotuner/test_compose.py)."""
@@ -33,8 +32,14 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     data["budget"] |= {"max_trials": 12, "remeasure_finalists": 0, "patience_trials": 0}
     spec = JobSpec.model_validate(data)
     app, job, study = app_with_job(tmp_path, spec)
-    runner = StudyRunner(spec, study, SearchSpace.build(spec, landscape.arch, landscape.device),
-                         ReplayExecutor(landscape), landscape.device, landscape.memory_cap_gib)
+    runner = StudyRunner(
+        spec,
+        study,
+        SearchSpace.build(spec, landscape.arch, landscape.device),
+        ReplayExecutor(landscape),
+        landscape.device,
+        landscape.memory_cap_gib,
+    )
     runner.enqueue_baseline()
     runner.run()
 
@@ -43,7 +48,8 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     exploring = [t for t in trials if t["explores_with"] is not None]
     assert [t["number"] for t in exploring] == [1, 2, 3], [(t["number"], t["status"]) for t in trials]
     assert {json.dumps({k: t["config"][k] for k in ROLLOUT}) for t in trials[:4]} == {
-        json.dumps({GMU: g, SEQS: n}) for g in (0.5, 0.8) for n in (256, 1024)}
+        json.dumps({GMU: g, SEQS: n}) for g in (0.5, 0.8) for n in (256, 1024)
+    }
     page = client.get(f"/jobs/{job.id}").text
     for t in exploring:
         assert f"new rollout + #{t['explores_with']}</span>" in page

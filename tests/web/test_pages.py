@@ -49,20 +49,19 @@ def test_jobs_page_lists_the_job_with_its_progress(server: Any, finished_job: di
     assert "default-src 'self'" in page.headers["content-security-policy"]
 
 
-def test_job_page_shows_status_front_trials_and_downloads(server: Any,
-                                                          finished_job: dict[str, Any]) -> None:
+def test_job_page_shows_status_front_trials_and_downloads(server: Any, finished_job: dict[str, Any]) -> None:
     job_id = finished_job["id"]
     page = httpx.get(f"{server.url}/jobs/{job_id}")
     assert page.status_code == 200
     assert "<h1>web-e2e</h1>" in page.text and "status-succeeded" in page.text
-    assert 'data-progress-text>3 / 3<' in page.text
+    assert "data-progress-text>3 / 3<" in page.text
     trials = httpx.get(f"{server.url}/v1/jobs/{job_id}/trials").json()["data"]
     figure = _figure(page.text)
     points = sorted(n for trace in figure["data"] for n in trace["customdata"])
     assert points == sorted(t["number"] for t in trials if t["measured"])
     assert len(re.findall(r'<tr id="trial-\d+"', page.text)) == len(trials)
     for t in trials:
-        href = f'/v1/jobs/{job_id}/trials/{t["number"]}/config?format=yaml'
+        href = f"/v1/jobs/{job_id}/trials/{t['number']}/config?format=yaml"
         link = rf'<a [^>]*href="{re.escape(href)}"[^>]*download="web-e2e-trial{t["number"]}\.yaml"'
         assert re.search(link, page.text), href
         download = httpx.get(server.url + href)
@@ -95,8 +94,7 @@ def test_plotly_comes_from_the_plotly_package(server: Any, finished_job: dict[st
 
 
 @pytest.mark.parametrize("path", ["/", "/jobs/{id}", "/jobs/no-such-job"])
-def test_pages_load_nothing_from_other_hosts(server: Any, finished_job: dict[str, Any],
-                                             path: str) -> None:
+def test_pages_load_nothing_from_other_hosts(server: Any, finished_job: dict[str, Any], path: str) -> None:
     page = httpx.get(server.url + path.format(id=finished_job["id"])).text
     urls = _urls(page)
     assert any(u.startswith("/static/") for u in urls)
@@ -104,7 +102,7 @@ def test_pages_load_nothing_from_other_hosts(server: Any, finished_job: dict[str
         parts = urlsplit(url)
         assert parts.scheme in ("", "data") and not parts.netloc, url
     assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:)?//""", page, re.I)
-    for name in re.findall(r'/static/([\w.-]+)\?v=', page):
+    for name in re.findall(r"/static/([\w.-]+)\?v=", page):
         if name != "plotly.min.js":
             asset = httpx.get(f"{server.url}/static/{name}").text
             assert not re.search(r"https?://|url\(", asset), name

@@ -26,13 +26,18 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path) -> None:
     landscape = Landscape.load(LANDSCAPE)
     data = landscape.spec.model_dump(mode="json")
-    data["budget"] |= {"max_trials": 8, "remeasure_finalists": 2, "remeasure_runs": 3,
-                       "patience_trials": 0}
+    data["budget"] |= {"max_trials": 8, "remeasure_finalists": 2, "remeasure_runs": 3, "patience_trials": 0}
     spec = JobSpec.model_validate(data)
     app, job, study = app_with_job(tmp_path, spec)
-    runner = StudyRunner(spec, study, SearchSpace.build(spec, landscape.arch, "cpu"),
-                         ReplayExecutor(landscape), "cpu", landscape.memory_cap_gib,
-                         memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0))
+    runner = StudyRunner(
+        spec,
+        study,
+        SearchSpace.build(spec, landscape.arch, "cpu"),
+        ReplayExecutor(landscape),
+        "cpu",
+        landscape.memory_cap_gib,
+        memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0),
+    )
     runner.enqueue_baseline()
     result = runner.run()
     summary = summarize(spec, result.records, result.stop_reason)

@@ -24,8 +24,12 @@ KNOB = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
 
 def _record(number: int, status: str, **metrics: float) -> TrialRecord:
-    return TrialRecord(number=number, status=status, metrics=metrics,
-                       config={KNOB: 2 ** (number % 4), "actor_rollout_ref.rollout.n": 1})
+    return TrialRecord(
+        number=number,
+        status=status,
+        metrics=metrics,
+        config={KNOB: 2 ** (number % 4), "actor_rollout_ref.rollout.n": 1},
+    )
 
 
 RECORDS = [
@@ -61,8 +65,9 @@ def test_figure_has_one_point_per_measured_trial() -> None:
 
 
 def test_figure_escapes_what_trials_report() -> None:
-    rec = TrialRecord(number=0, status="error", error_type="<img src=x onerror=alert(1)>",
-                      config={KNOB: "<script>"})
+    rec = TrialRecord(
+        number=0, status="error", error_type="<img src=x onerror=alert(1)>", config={KNOB: "<script>"}
+    )
     text = web.figure(JobSpec(), [rec], [], cap_gib=None)["data"][3]["text"][0]
     assert "<img" not in text and "<script>" not in text and "&lt;script&gt;" in text
 
@@ -70,8 +75,7 @@ def test_figure_escapes_what_trials_report() -> None:
 def test_trials_table_has_every_metric_and_the_varying_knobs() -> None:
     table = web.trials_table(RECORDS, {0, 1})
     keys = [c.key for c in table.columns]
-    assert keys[:4] == ["status", "m:throughput_tokens_per_s_per_gpu", "m:peak_memory_gib",
-                        f"k:{KNOB}"]
+    assert keys[:4] == ["status", "m:throughput_tokens_per_s_per_gpu", "m:peak_memory_gib", f"k:{KNOB}"]
     assert len(table.rows) == len(RECORDS)
     assert table.fixed_knobs == {"actor_rollout_ref.rollout.n": 1}
     assert [r.pareto for r in table.rows[:3]] == [True, True, False]
@@ -85,10 +89,18 @@ def test_example_job_is_valid(tmp_path: Path) -> None:
     assert spec.budget.max_trials <= 5 and spec.cluster.device == "cpu"
 
 
-@pytest.mark.parametrize(("value", "text"), [
-    (None, ""), (True, "true"), (3, "3"), (2213.0, "2,213"), (129.64003, "129.6"),
-    (0.02252197, "0.02252"), ("auto", "auto"),
-])
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, ""),
+        (True, "true"),
+        (3, "3"),
+        (2213.0, "2,213"),
+        (129.64003, "129.6"),
+        (0.02252197, "0.02252"),
+        ("auto", "auto"),
+    ],
+)
 def test_fmt(value: Any, text: str) -> None:
     assert web.fmt(value) == text
 

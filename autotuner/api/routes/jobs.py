@@ -30,11 +30,13 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
 Limit = Annotated[int, Query(ge=1, le=1000, description="Items to return at most.")]
 
 _SPEC_BODY = {"schema": {"$ref": "#/components/schemas/JobCreate"}}
-_SUBMIT_BODY = {"requestBody": {
-    "required": True,
-    "description": "A job spec; YAML with Content-Type application/yaml (or text/yaml).",
-    "content": {media: _SPEC_BODY for media in JSON_TYPES + YAML_TYPES},
-}}
+_SUBMIT_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "A job spec; YAML with Content-Type application/yaml (or text/yaml).",
+        "content": {media: _SPEC_BODY for media in JSON_TYPES + YAML_TYPES},
+    }
+}
 
 
 def _service(request: Request) -> JobService:
@@ -50,10 +52,14 @@ def _public(request: Request, view: JobView) -> JobPublic:
     return JobPublic.of(view.job, url, view.records, view.best)
 
 
-@router.post("", status_code=201, response_model=JobCreated, openapi_extra=_SUBMIT_BODY,
-             dependencies=[Depends(require_write)],
-             responses={413: {"description": "Body too large"},
-                        415: {"description": "Not JSON or YAML"}})
+@router.post(
+    "",
+    status_code=201,
+    response_model=JobCreated,
+    openapi_extra=_SUBMIT_BODY,
+    dependencies=[Depends(require_write)],
+    responses={413: {"description": "Body too large"}, 415: {"description": "Not JSON or YAML"}},
+)
 async def submit_job(request: Request, response: Response, service: Service) -> JobCreated:
     """Queue a job. It is validated now (spec, caps, model, search space); nothing is stored
     when it is refused."""
@@ -65,8 +71,9 @@ async def submit_job(request: Request, response: Response, service: Service) -> 
 
 
 @router.get("", response_model=Page[JobPublic])
-def list_jobs(request: Request, service: Service, status: JobStatus | None = None,
-              offset: Offset = 0, limit: Limit = 50) -> Page[JobPublic]:
+def list_jobs(
+    request: Request, service: Service, status: JobStatus | None = None, offset: Offset = 0, limit: Limit = 50
+) -> Page[JobPublic]:
     """Jobs, newest first."""
     views, count = service.list_jobs(status, offset, limit)
     return Page[JobPublic](data=[_public(request, v) for v in views], count=count)
@@ -92,12 +99,16 @@ def delete_job(job_id: JobId, service: Service) -> Response:
 
 
 @router.get("/{job_id}/trials", response_model=Page[TrialPublic])
-def list_trials(job_id: JobId, service: Service, status: TrialStatus | None = None,
-                offset: Offset = 0, limit: Limit = 1000) -> Page[TrialPublic]:
+def list_trials(
+    job_id: JobId,
+    service: Service,
+    status: TrialStatus | None = None,
+    offset: Offset = 0,
+    limit: Limit = 1000,
+) -> Page[TrialPublic]:
     """Trials in order, with every metric each one measured."""
     recs, count, runs = service.trials(job_id, status, offset, limit)
-    return Page[TrialPublic](data=[TrialPublic.of(r, runs.get(r.number)) for r in recs],
-                             count=count)
+    return Page[TrialPublic](data=[TrialPublic.of(r, runs.get(r.number)) for r in recs], count=count)
 
 
 @router.get("/{job_id}/pareto", response_model=ParetoPublic)
@@ -106,17 +117,24 @@ def pareto(job_id: JobId, service: Service) -> ParetoPublic:
     spec, points = service.pareto(job_id)
     metrics = [o.metric for o in spec.objectives]
     return ParetoPublic(
-        data=[ParetoPointPublic.of(r, metrics) for r in points], count=len(points),
-        objectives=[ObjectivePublic(metric=o.metric, direction=o.resolved_direction)  # type: ignore[arg-type]
-                    for o in spec.objectives])
+        data=[ParetoPointPublic.of(r, metrics) for r in points],
+        count=len(points),
+        objectives=[
+            ObjectivePublic(metric=o.metric, direction=o.resolved_direction)  # type: ignore[arg-type]
+            for o in spec.objectives
+        ],
+    )
 
 
 @router.get("/{job_id}/best", response_model=TrialPublic)
-def best_trial(job_id: JobId, service: Service,
-               max_peak_memory_gib: Annotated[float | None, Query(
-                   gt=0, allow_inf_nan=False,
-                   description="Only trials whose peak memory is at most this.")] = None,
-               ) -> TrialPublic:
+def best_trial(
+    job_id: JobId,
+    service: Service,
+    max_peak_memory_gib: Annotated[
+        float | None,
+        Query(gt=0, allow_inf_nan=False, description="Only trials whose peak memory is at most this."),
+    ] = None,
+) -> TrialPublic:
     """The winner under a peak-memory cap if given: the fastest feasible trial, or once the
     finalists were re-measured the best median (ties within the noise band: least memory)."""
     return TrialPublic.of(*service.best_trial(job_id, max_peak_memory_gib))
@@ -129,12 +147,23 @@ def get_trial(job_id: JobId, number: TrialNumber, service: Service) -> TrialPubl
     return TrialPublic.of(rec, view.runs.get(rec.number))
 
 
-@router.get("/{job_id}/trials/{number}/config", response_class=Response,
-            responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
-                             "description": "The trial's verl config, as a download."}})
-def trial_config(job_id: JobId, number: TrialNumber, service: Service,
-                 format: Literal["yaml", "overrides"] = "yaml") -> Response:
+@router.get(
+    "/{job_id}/trials/{number}/config",
+    response_class=Response,
+    responses={
+        200: {
+            "content": {"application/yaml": {}, "text/plain": {}},
+            "description": "The trial's verl config, as a download.",
+        }
+    },
+)
+def trial_config(
+    job_id: JobId, number: TrialNumber, service: Service, format: Literal["yaml", "overrides"] = "yaml"
+) -> Response:
     """The trial's verl config: nested YAML, or Hydra override lines."""
     file = service.export_config(job_id, number, format)
-    return Response(file.text, media_type=file.media_type,
-                    headers={"Content-Disposition": f'attachment; filename="{file.filename}"'})
+    return Response(
+        file.text,
+        media_type=file.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{file.filename}"'},
+    )

@@ -17,9 +17,12 @@ def healthz(request: Request) -> HealthPublic:
     service: JobService = request.app.state.service
     service.ping()
     runner = request.app.state.runner
-    return HealthPublic(status="ok", database=service.ctx.database.dialect,
-                        runner="running" if runner.alive else "stopped",
-                        jobs_running=len(runner.running()))
+    return HealthPublic(
+        status="ok",
+        database=service.ctx.database.dialect,
+        runner="running" if runner.alive else "stopped",
+        jobs_running=len(runner.running()),
+    )
 
 
 @router.get("/v1/hardware", response_model=HardwarePublic, dependencies=[Depends(require_read)])

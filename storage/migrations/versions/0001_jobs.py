@@ -40,9 +40,7 @@ def upgrade() -> None:
             "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')",
             name=op.f("ck_jobs_status_known"),
         ),
-        sa.CheckConstraint(
-            "trials_done >= 0 AND trials_total >= 0", name=op.f("ck_jobs_trials_nonnegative")
-        ),
+        sa.CheckConstraint("trials_done >= 0 AND trials_total >= 0", name=op.f("ck_jobs_trials_nonnegative")),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_jobs")),
         sa.UniqueConstraint("study_name", name=op.f("uq_jobs_study_name")),
     )

@@ -35,13 +35,31 @@ except ImportError:
     pass
 
 # The ServerArgs fields of SGLang 0.5.17 that a caller of this stand-in may pass.
-SERVER_ARGS = frozenset({
-    "model_path", "load_format", "skip_tokenizer_init", "dtype", "mem_fraction_static",
-    "max_running_requests", "tp_size", "disable_cuda_graph", "chunked_prefill_size",
-    "enable_memory_saver", "enable_weights_cpu_backup", "attention_backend", "random_seed",
-    "log_level", "skip_server_warmup", "custom_sigquit_handler", "max_total_tokens",
-    "context_length", "trust_remote_code", "kv_cache_dtype", "disable_radix_cache",
-})
+SERVER_ARGS = frozenset(
+    {
+        "model_path",
+        "load_format",
+        "skip_tokenizer_init",
+        "dtype",
+        "mem_fraction_static",
+        "max_running_requests",
+        "tp_size",
+        "disable_cuda_graph",
+        "chunked_prefill_size",
+        "enable_memory_saver",
+        "enable_weights_cpu_backup",
+        "attention_backend",
+        "random_seed",
+        "log_level",
+        "skip_server_warmup",
+        "custom_sigquit_handler",
+        "max_total_tokens",
+        "context_length",
+        "trust_remote_code",
+        "kv_cache_dtype",
+        "disable_radix_cache",
+    }
+)
 GPU_MEMORY_ALL_TYPES = ("kv_cache", "weights", "cuda_graph")
 PAGE_SIZE = 1
 ANSWER_WAIT_S = 5.0
@@ -91,7 +109,8 @@ class _TokenizerManager:
         except asyncio.TimeoutError:
             raise AssertionError(
                 "no output reader answered: SGLang's handle_loop runs on another event loop "
-                "than generate's, and the real engine would wait here for ever") from None
+                "than generate's, and the real engine would wait here for ever"
+            ) from None
 
 
 class Engine:
@@ -129,9 +148,12 @@ class Engine:
 
     def generate(self, input_ids=None, sampling_params=None):
         for _ in range(self.retractions):
-            print("[2026-11-21 12:00:00] KV cache pool is full. Retract requests. "
-                  "#retracted_reqs: 2, #new_tokens_gained: 512, #new_token_ratio: 0.7000 -> 1.0000",
-                  file=sys.stderr, flush=True)
+            print(
+                "[2026-11-21 12:00:00] KV cache pool is full. Retract requests. "
+                "#retracted_reqs: 2, #new_tokens_gained: 512, #new_token_ratio: 0.7000 -> 1.0000",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.block_in_generate:  # as the offline Engine waits in its loop
             self.loop.run_until_complete(asyncio.sleep(30))
             raise AssertionError("nothing interrupted the blocked generation")
@@ -139,9 +161,16 @@ class Engine:
         for prompt, params in zip(input_ids, sampling_params, strict=True):
             room = self.kv_tokens - len(prompt) - PAGE_SIZE - 1
             n = max(0, min(params["max_new_tokens"], room))
-            outputs.append({"output_ids": [7] * n, "meta_info": {
-                "prompt_tokens": len(prompt), "completion_tokens": n,
-                "finish_reason": {"type": "length", "length": n}}})
+            outputs.append(
+                {
+                    "output_ids": [7] * n,
+                    "meta_info": {
+                        "prompt_tokens": len(prompt),
+                        "completion_tokens": n,
+                        "finish_reason": {"type": "length", "length": n},
+                    },
+                }
+            )
         return self.loop.run_until_complete(self.tokenizer_manager.generate_request(outputs))
 
     def release_memory_occupation(self, tags=None):
