@@ -40,6 +40,7 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(
         R + "max_model_len",
         A + "ppo_mini_batch_size",
         A + "use_kl_loss",
+        A + "entropy_coeff",
         "trainer.n_gpus_per_node",
         "trainer.nnodes",
     }
@@ -87,6 +88,9 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         out.pop(key, None)
     if not w.use_kl_loss:
         out.pop(REF + "log_prob_micro_batch_size_per_gpu", None)
+        out.pop(REF + "fsdp_config.param_offload", None)
+    if not w.entropy_coeff:
+        out.pop(A + "entropy_checkpointing", None)
     if dynamic and w.use_kl_loss and R + "log_prob_max_token_len_per_gpu" in out:
         out[REF_TOKEN_KEY] = out[R + "log_prob_max_token_len_per_gpu"]
     # verl v0.9.0 drops a False here and vLLM keeps chunked prefill on; never pretend otherwise.
@@ -106,6 +110,7 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
             R + "max_model_len": w.max_sequence_length,
             A + "ppo_mini_batch_size": w.ppo_mini_batch_size,
             A + "use_kl_loss": w.use_kl_loss,
+            A + "entropy_coeff": w.entropy_coeff,
             "trainer.n_gpus_per_node": c.n_gpus_per_node,
             "trainer.nnodes": c.nnodes,
         }

@@ -5,6 +5,9 @@ values worth trying for a workload on a cluster (before user overrides); ``basel
 what verl v0.9.0 uses when the key is left alone (repaired to a valid value where
 verl's default would be rejected, e.g. TP 2 on one GPU); ``trial_field`` says where the
 value goes in a ``TrialSpec``. Cross-knob rules live in ``autotuner.rules``.
+
+verl leaves the micro-batch sizes unset (``null``); their baseline, 2, is the value verl's
+own example sets (``examples/grpo_trainer/run_qwen3_4b_fsdp.sh`` at v0.9.0).
 """
 
 from __future__ import annotations
@@ -108,6 +111,9 @@ class Knob:
     # The rollout engines verl passes the knob to; for the others it is not searched,
     # not exported and not accepted in a job's search section.
     engines: tuple[str, ...] = ("vllm", "sglang")
+    # Searched unless the job says otherwise; False: held at its baseline unless the job's
+    # search section names it (a knob whose other values rarely pay, e.g. padded rows).
+    searched_by_default: bool = True
 
     def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
         """Whether the knob reaches a config: the job's engine takes it and it applies."""
@@ -124,6 +130,14 @@ def _dynamic(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
 
 def _ref_static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
     return ctx.workload.use_kl_loss and _static(ctx, cfg)
+
+
+def _has_ref(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+    return ctx.workload.use_kl_loss
+
+
+def _entropy_in_update(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+    return ctx.workload.entropy_coeff != 0
 
 
 def _graphs(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
@@ -222,7 +236,7 @@ _TABLE: list[Knob] = [
         "Sequences per fwd/bwd micro-batch of the actor update.",
         ("train", "ppo_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_static,
     ),
     Knob(
@@ -232,7 +246,7 @@ _TABLE: list[Knob] = [
         "Sequences per micro-batch of the actor's old-log-prob forward.",
         ("train", "log_prob_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_static,
     ),
     Knob(
@@ -242,7 +256,7 @@ _TABLE: list[Knob] = [
         "Sequences per micro-batch of the reference model's forward.",
         ("train", "ref_log_prob_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_ref_static,
     ),
     Knob(
@@ -282,6 +296,47 @@ _TABLE: list[Knob] = [
         ("train", "param_offload"),
         _offload,
         False,
+    ),
+    Knob(
+        "actor_rollout_ref.model.use_remove_padding",
+        "bool",
+        "train",
+        "Pack each micro-batch's sequences into one row (flash-attention varlen) instead of "
+        "padding them to the longest.",
+        ("train", "use_remove_padding"),
+        _bools,
+        True,
+        searched_by_default=False,
+    ),
+    Knob(
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        "bool",
+        "train",
+        "Keep the reference model on the CPU outside its forward.",
+        ("train", "ref_param_offload"),
+        _offload,
+        False,
+        applies=_has_ref,
+    ),
+    Knob(
+        A + "entropy_from_logits_with_chunking",
+        "bool",
+        "train",
+        "Compute the logits' entropy 2048 rows at a time (less memory in the log-prob forward).",
+        ("train", "entropy_from_logits_with_chunking"),
+        _bools,
+        False,
+        searched_by_default=False,
+    ),
+    Knob(
+        A + "entropy_checkpointing",
+        "bool",
+        "train",
+        "Recompute the update's entropy in the backward instead of keeping it (entropy_coeff > 0).",
+        ("train", "entropy_checkpointing"),
+        _bools,
+        False,
+        applies=_entropy_in_update,
     ),
     Knob(
         A + "fsdp_config.optimizer_offload",

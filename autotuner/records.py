@@ -51,6 +51,9 @@ class TrialRecord:
     # Where it ran: the host, and the Ray node on a cluster ("" where not recorded).
     hostname: str = ""
     node: str = ""
+    # What measured it: package versions, attention kernel, CUDA, driver, GPU name
+    # (``trials.device.software``; empty where not recorded).
+    software: dict[str, str] = field(default_factory=dict)
     # The engines' own timing lines from the trial's log (``trials.launcher.timing_lines``).
     timing_lines: list[str] = field(default_factory=list)
     values: list[float] | None = None
@@ -111,6 +114,7 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
         "device": result.device,
         "hostname": result.hostname,
         "node": result.node,
+        "software": result.software,
         "wall_s": result.wall_s,
         "log_tail": result.log_tail[-4000:],
         "timing_lines": result.timing_lines,
@@ -134,6 +138,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         device=a.get("device") or "",
         hostname=a.get("hostname") or "",
         node=a.get("node") or "",
+        software=a.get("software") or {},
         timing_lines=a.get("timing_lines") or [],
         values=list(trial.values) if trial.values is not None else None,
         baseline=a.get("baseline"),

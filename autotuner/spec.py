@@ -271,6 +271,13 @@ class Workload(_Model):
     use_kl_loss: bool = Field(
         default=True, description="actor.use_kl_loss: whether the reference model's forward runs."
     )
+    entropy_coeff: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="actor.entropy_coeff: weight of the entropy bonus; above 0 the update "
+        "computes the logits' entropy with gradients (verl's default 0 computes none).",
+    )
     phases: Literal["rollout", "train", "both"] = Field(
         default="both", description="Which phases each trial measures."
     )

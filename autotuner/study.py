@@ -53,6 +53,7 @@ from typing import Any, Literal
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.baselines import citation, example_baseline
 from autotuner.compose import THROUGHPUT, best_composition, explorable, next_engine_side, side_of
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
@@ -245,7 +246,10 @@ class StudyRunner:
         if self.study.get_trials(deepcopy=False):
             return
         base = self.space.baseline_config()
-        named = [(DEFAULTS_BASELINE, base)] + [
+        allowed = {p: [v] for p, v in self.space.fixed.items()} | self.space.searched
+        example = example_baseline(self.space.arch.num_parameters, allowed)
+        log.info("baseline %s: %s", example.name, citation(example))
+        named = [(DEFAULTS_BASELINE, base), (example.name, base | example.config)] + [
             (name, base | config) for name, config in self.spec.baselines.items()
         ]
         for name, config in named:

@@ -57,7 +57,7 @@ from typing import Any
 
 from trials import failures
 from trials.colocation import check_engine_fits, emulated_capacity_gib
-from trials.device import compute_dtype, describe_device, dtype_bits, hostname
+from trials.device import compute_dtype, describe_device, dtype_bits, hostname, software
 from trials.errors import InvalidTrialSpec
 from trials.logcapture import StderrTail
 from trials.memory import (
@@ -113,6 +113,7 @@ def run_trial(
     with StderrTail() as tail, listening(entered):
         try:
             result.device = describe_device(spec.device)
+            result.software = software(spec.device, spec.rollout.engine)
             _Trial(spec, result, start, group).run()
             result.phase = None
             result.metrics.update(step_metrics(spec, result.metrics, result.phase_timings_s))

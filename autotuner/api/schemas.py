@@ -176,6 +176,12 @@ class TrialPublic(BaseModel):
         description="The Ray node that ran it, on a cluster whose "
         'nodes may share a host name ("": not recorded).',
     )
+    software: dict[str, str] = Field(
+        default_factory=dict,
+        description="What measured it: package versions (torch, transformers, the engine, "
+        "flash-attn, verl), the actor's attention kernel, CUDA, the driver and the GPU "
+        "({}: not recorded).",
+    )
     timing_lines: list[str] = Field(
         default_factory=list,
         description="The engine's own log lines timing its start-up, sleep and wake, timestamped.",
@@ -235,6 +241,7 @@ class TrialPublic(BaseModel):
             device=r.device,
             hostname=r.hostname,
             node=r.node,
+            software=r.software,
             timing_lines=r.timing_lines,
             values=r.values,
             baseline=r.baseline,
