@@ -11,11 +11,11 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotuner import catalog, hardware
@@ -53,7 +53,7 @@ TokenOpt = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 
@@ -63,13 +63,12 @@ def _context() -> JobContext:
         return JobContext.open(get_settings())
     except (StorageError, ValueError) as exc:
         _fail(str(exc))
-        raise  # unreachable
 
 
 class _ProgressHooks(RunHooks):
     """Progress bar with ETA; one line per finished trial."""
 
-    def __init__(self, progress: Progress, task: int, total: int, already: int) -> None:
+    def __init__(self, progress: Progress, task: TaskID, total: int, already: int) -> None:
         super().__init__(on_record=self._record, on_start=self._start)
         self.progress, self.task, self.total = progress, task, total
         self.started = time.monotonic()
@@ -211,8 +210,7 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     console.print(_pareto_table(spec, recs, summary))
     chosen = best(spec, recs)
     if chosen is None:
-        _fail("no trial succeeded; see the errors above (`autotuner jobs show` lists them)", 1)
-        return
+        _fail(f"no trial succeeded; see the errors above (`autotuner jobs {job.id}` lists them)", 1)
     memory = _memory_line(summary)
     if memory:
         console.print(memory, markup=False, highlight=False)
@@ -438,7 +436,6 @@ def serve(
         settings = Settings(**overrides)
     except ValidationError as exc:
         _fail("; ".join(_setting_problem(e) for e in exc.errors()))
-        return
     import optuna
     import uvicorn
 
@@ -475,7 +472,6 @@ def _request(method: str, server: str, path: str, token: str | None, **kwargs: A
         response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
     except httpx.HTTPError as exc:
         _fail(f"cannot reach the autotuner server at {server}: {exc}")
-        raise  # unreachable
     if response.status_code >= 400:
         _fail(f"{method} {url}: {response.status_code} {_problem(response)}")
     return response
@@ -508,7 +504,6 @@ def submit(
         text = job_file.read_bytes()
     except OSError as exc:
         _fail(f"cannot read {job_file}: {exc.strerror}")
-        return
     media = "application/json" if job_file.suffix.lower() == ".json" else "application/yaml"
     created = _request(
         "POST", server, "/v1/jobs", token, content=text, headers={"Content-Type": media}

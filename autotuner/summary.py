@@ -11,11 +11,12 @@ wherever the winner is shown. A job without re-measurements picks the fastest tr
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.knobs import R
-from autotuner.pareto import pareto_front
+from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec
 
@@ -28,10 +29,14 @@ def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
     feasible = [
         r for r in recs if r.feasible and all(r.metric(o.metric) is not None for o in spec.objectives)
     ]
-    objectives = [
-        ((lambda r, m=o.metric: float(r.metrics[m])), o.resolved_direction) for o in spec.objectives
+    objectives: list[ObjectiveFn[TrialRecord]] = [
+        (_metric_value(o.metric), o.resolved_direction) for o in spec.objectives
     ]
     return pareto_front(feasible, objectives)
+
+
+def _metric_value(metric: str) -> Callable[[TrialRecord], float]:
+    return lambda rec: float(rec.metrics[metric])
 
 
 @dataclass

@@ -385,10 +385,10 @@ def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] 
     first = results[0]
     merged = TrialResult(spec.trial_id, "ok", device=first.device, hostname=first.hostname)
     metrics, timings = merged.metrics, merged.phase_timings_s
-    for res in results:
-        for key, value in res.phase_timings_s.items():
+    for one in results:
+        for key, value in one.phase_timings_s.items():
             timings[key] = max(value, timings.get(key, value))
-        for key, value in res.metrics.items():
+        for key, value in one.metrics.items():
             if key in SUMMED:
                 metrics[key] = metrics.get(key, 0.0) + value
             elif key in SMALLEST:
