@@ -22,7 +22,7 @@ from autotuner import catalog, hardware
 from autotuner.errors import AutotunerError
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext, execute, runner_id, take_over
-from autotuner.records import SKIPPED_STATUSES, TrialRecord, records
+from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus, records
 from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks, open_study
@@ -101,7 +101,7 @@ def _trial_line(rec: TrialRecord) -> str:
         if predicted is not None and error is not None
         else ""
     )
-    if rec.status == "ok":
+    if rec.status == TrialStatus.OK:
         return (
             f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
             f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB{model}{again}"
@@ -340,7 +340,7 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
     console.print(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
     for r in recs:
         line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
-        if r.status not in ("ok",) and r.error_message:
+        if r.status != TrialStatus.OK and r.error_message:
             line += f"  {r.error_message.splitlines()[-1][:120]}"
         console.print(line, markup=False, highlight=False)
 

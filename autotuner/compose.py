@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.knobs import KNOBS
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 
 ENGINE_PHASES = ("rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
@@ -83,7 +83,7 @@ def best_composition(
     actor: dict[tuple, list[TrialRecord]] = {}
     measured: set[tuple] = set()
     for rec in records:
-        if rec.status != "ok" or not rec.metrics.get(THROUGHPUT):
+        if rec.status != TrialStatus.OK or not rec.metrics.get(THROUGHPUT):
             continue
         if not any(p in rec.phase_timings_s for p in ENGINE_PHASES) or not any(
             p in rec.phase_timings_s for p in ACTOR_PHASES
@@ -151,7 +151,11 @@ def next_engine_side(
         return None
     paths = [p for p in searched if side_of(p) == "engine"]
     best = max(
-        (r for r in records if r.status == "ok" and r.repeat_of is None and r.metrics.get(THROUGHPUT)),
+        (
+            r
+            for r in records
+            if r.status == TrialStatus.OK and r.repeat_of is None and r.metrics.get(THROUGHPUT)
+        ),
         key=lambda r: r.metrics[THROUGHPUT],
         default=None,
     )

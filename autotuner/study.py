@@ -48,19 +48,30 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Literal
 
 import optuna
 from optuna.trial import TrialState
 
+from autotuner.breaker import CircuitBreaker
 from autotuner.compose import THROUGHPUT, best_composition, explorable, next_engine_side, side_of
 from autotuner.executor import Executor, GpuCapacity, Resources
 from autotuner.feasibility import Feasibility
 from autotuner.memory import MemoryModel
-from autotuner.records import SKIPPED_STATUSES, TrialRecord, attrs_for, record_of, records
+from autotuner.records import (
+    INFEASIBLE_STATUSES,
+    SKIPPED_STATUSES,
+    TrialRecord,
+    TrialStatus,
+    attrs_for,
+    record_of,
+    records,
+)
 from autotuner.samplers import make_sampler
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
+from autotuner.stop import StopKind, StopReason
 from autotuner.stopping import Patience
 from autotuner.summary import front
 from autotuner.trialspec import build_trial_spec, trial_gpus
@@ -92,10 +103,6 @@ INFRA_ERROR_TYPES = frozenset(
         "ActorDiedError",
     }
 )
-# This many infrastructure failures in a row stop the job: the machine cannot measure.
-MAX_INFRA_ERRORS_IN_A_ROW = 3
-BREAKER_PREFIX = "circuit breaker"
-CANCELLED = "cancelled"
 DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 
@@ -136,7 +143,7 @@ def recover_interrupted(study: optuna.Study, space: SearchSpace | None = None) -
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if space is not None and t.params and "config" not in t.user_attrs:
             study._storage.set_trial_user_attr(t._trial_id, "config", space.full_config(dict(t.params)))
-        study._storage.set_trial_user_attr(t._trial_id, "status", "interrupted")
+        study._storage.set_trial_user_attr(t._trial_id, "status", TrialStatus.INTERRUPTED)
         study.tell(t.number, state=TrialState.FAIL)
         numbers.append(t.number)
     return numbers
@@ -153,9 +160,30 @@ class RunHooks:
 
 @dataclass
 class RunSummary:
-    stop_reason: str
+    stop: StopReason
     measured: int
     records: list[TrialRecord] = field(default_factory=list)
+
+    @property
+    def stop_reason(self) -> str:
+        return self.stop.message
+
+
+class Launch(Enum):
+    """What became of one proposal."""
+
+    LAUNCHED = "launched"  # runs (or waits for its GPUs)
+    UNRUNNABLE = "unrunnable"  # invalid, a duplicate of a finished trial, or known not to fit
+    HELD = "held"  # equals a trial in flight: ask for nothing more until a result comes in
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What one look at the executor brought: results told, and why to stop if the breaker
+    tripped."""
+
+    told: int
+    stop: StopReason | None = None
 
 
 @dataclass
@@ -197,6 +225,7 @@ class StudyRunner:
     _grid: set[str] | None = None  # every config the space holds, when it is small enough to list
     _predicted_oom: set[str] = field(default_factory=set)  # config keys skipped by prediction
     _explored: bool = False  # every engine-side setting has been proposed
+    _breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
 
     def __post_init__(self) -> None:
         settings = self.spec.memory_model
@@ -219,7 +248,7 @@ class StudyRunner:
     def _load_known(self) -> int:
         measured = 0
         for rec in records(self.study):
-            if rec.measured or rec.status == "inferred_oom":
+            if rec.measured or rec.status == TrialStatus.INFERRED_OOM:
                 self._known.setdefault(config_key(rec.config), rec)
             if rec.ran:
                 self._learn(rec)
@@ -272,19 +301,15 @@ class StudyRunner:
         if self.space.size <= GRID_LISTED_UP_TO:
             self._grid = {config_key(c) for c in self.space.grid()}
         deadline = time.monotonic() + budget.max_minutes * 60
-        stop_reason = self._search(deadline)
-        if stop_reason.startswith(("reached max_trials", "search space exhausted", "stopped early")):
-            note = self._remeasure(deadline)
-            # A stop requested while re-measuring stops the job as one during the search does
-            # (a service shutdown requeues it; a resume re-measures what is missing).
-            stop_reason = "cancelled" if note == CANCELLED else stop_reason + note
-        return RunSummary(stop_reason, self._measured, records(self.study))
+        stop = self._search(deadline)
+        if stop.complete:
+            stop = self._remeasure(deadline, stop)
+        return RunSummary(stop, self._measured, records(self.study))
 
-    def _search(self, deadline: float) -> str:
+    def _search(self, deadline: float) -> StopReason:
         budget = self.spec.budget
         unrunnable_in_a_row = 0
         holding = False  # a proposal equalled a trial in flight: wait for a result first
-        breaker = _Breaker()
         while True:
             if self.hooks.stop_requested():
                 return self._cancel()
@@ -302,35 +327,37 @@ class StudyRunner:
             left = self._unsettled()
             if can_launch and left is not None and not left:  # nothing new to propose
                 if not self._pending:
-                    return (
+                    return StopReason(
+                        StopKind.EXHAUSTED,
                         f"search space exhausted: all {len(self._grid or ())} configs of the "
-                        "space were measured, are in flight or are known not to fit"
+                        "space were measured, are in flight or are known not to fit",
                     )
                 can_launch = False
             if can_launch:
                 self._queue_composition()
-                ran = self._launch_one()
-                if ran is None:
+                launch = self._launch_one()
+                if launch is Launch.HELD:
                     holding = True
                 else:
-                    unrunnable_in_a_row = 0 if ran else unrunnable_in_a_row + 1
+                    unrunnable_in_a_row = 0 if launch is Launch.LAUNCHED else unrunnable_in_a_row + 1
                 continue
             if not self._pending:
                 if self._measured >= budget.max_trials:
-                    return f"reached max_trials ({budget.max_trials})"
+                    return StopReason(StopKind.MAX_TRIALS, f"reached max_trials ({budget.max_trials})")
                 if patience_out and self._patience is not None:
-                    return self._patience.reason()
+                    return StopReason(StopKind.PATIENCE, self._patience.reason())
                 if unrunnable_in_a_row >= MAX_UNRUNNABLE_IN_A_ROW:
-                    return (
+                    return StopReason(
+                        StopKind.EXHAUSTED,
                         "search space exhausted: the last "
                         f"{MAX_UNRUNNABLE_IN_A_ROW} proposals were all measured already, "
-                        "invalid or known not to fit"
+                        "invalid or known not to fit",
                     )
-                return f"reached max_minutes ({budget.max_minutes:g})"
-            results = self._collect(breaker)
-            if isinstance(results, str):
-                return results
-            holding = holding and not results
+                return StopReason(StopKind.MAX_MINUTES, f"reached max_minutes ({budget.max_minutes:g})")
+            collected = self._collect()
+            if collected.stop is not None:
+                return collected.stop
+            holding = holding and not collected.told
 
     def _unsettled(self) -> set[str] | None:
         """The configs of a listed space (``GRID_LISTED_UP_TO``) not measured, in flight or
@@ -340,20 +367,21 @@ class StudyRunner:
         pending = {config_key(p.config) for p in self._pending.values()}
         return self._grid - set(self._known) - pending - self._predicted_oom
 
-    def _collect(self, breaker: _Breaker) -> str | int:
-        """Tell the results that are in: how many, or the breaker's stop reason when it trips."""
+    def _collect(self) -> Collected:
+        """Tell the results that are in (the breaker sees each); stop all if it tripped."""
         results = self.executor.wait(timeout_s=1.0)
         for result in results:
-            breaker.saw(result, self._finish(result) is None)
-        if breaker.tripped:
+            self._breaker.see(self._finish(result))
+        stop = self._breaker.stop
+        if stop is not None:
             self._cancel_all()
-            return breaker.reason()
+            return Collected(len(results), stop)
         self._dispatch()
-        return len(results)
+        return Collected(len(results))
 
-    def _cancel(self) -> str:
+    def _cancel(self) -> StopReason:
         self._cancel_all()
-        return CANCELLED
+        return StopReason.cancelled()
 
     def _cancel_all(self) -> None:
         """Stop the trials in flight and drop those waiting for GPUs, telling each."""
@@ -453,7 +481,7 @@ class StudyRunner:
         key = rollout_key(config)
         for rec in self._ran:
             if (
-                rec.status == "ok"
+                rec.status == TrialStatus.OK
                 and "engine_asleep_gib" in rec.metrics
                 and "rollout_makespan_s" in rec.metrics
                 and rollout_key(rec.config) == key
@@ -494,26 +522,25 @@ class StudyRunner:
             pending.dispatched = True
             self.hooks.on_start(pending.trial.number, tid)
 
-    def _launch_one(self) -> bool | None:
-        """Ask for one proposal; run it if it is valid, new and not known not to fit. True
-        when a trial launched, None when the proposal equals a trial in flight."""
+    def _launch_one(self) -> Launch:
+        """Ask for one proposal; run it if it is valid, new and not known not to fit."""
         trial = self.study.ask()
         proposal = self.space.suggest(trial)
         config = proposal.config
         if not proposal.valid:
-            self._tell_unrun(trial, config, "invalid", "; ".join(map(str, proposal.violations)))
-            return False
+            self._tell_unrun(trial, config, TrialStatus.INVALID, "; ".join(map(str, proposal.violations)))
+            return Launch.UNRUNNABLE
         key = config_key(config)
         if key in self._known:
             self._tell_duplicate(trial, config, self._known[key])
-            return False
+            return Launch.UNRUNNABLE
         if key in {config_key(p.config) for p in self._pending.values()}:
             self._tell_duplicate(trial, config, None)
-            return None
+            return Launch.HELD
         predicted = self._screen(trial, config)
         if predicted is None:
-            return False
-        return self._submit(trial, config, predicted)
+            return Launch.UNRUNNABLE
+        return Launch.LAUNCHED if self._submit(trial, config, predicted) else Launch.UNRUNNABLE
 
     def _screen(self, trial: optuna.Trial, config: dict[str, Any]) -> dict[str, float] | None:
         """The memory prediction to record, or None when the proposal was skipped as known
@@ -525,7 +552,7 @@ class StudyRunner:
                     f"at least as large in every memory knob as trial {oom.number}, which ran "
                     f"out of memory ({oom.phase or 'unknown phase'})"
                 )
-                self._tell_skipped(trial, config, "inferred_oom", why, {}, inferred_from=oom.number)
+                self._tell_skipped(trial, config, TrialStatus.INFERRED_OOM, why, {}, inferred_from=oom.number)
                 return None
         if self.memory_model is None:
             return {}
@@ -535,7 +562,7 @@ class StudyRunner:
         if too_big is not None:
             fits = self._feasibility.ruled_in_by(config)
             if fits is None:
-                self._tell_skipped(trial, config, "predicted_oom", too_big, predicted)
+                self._tell_skipped(trial, config, TrialStatus.PREDICTED_OOM, too_big, predicted)
                 return None
             log.info(
                 "trial %s: %s, but trial %s (at least as large) fit; running it",
@@ -559,7 +586,7 @@ class StudyRunner:
             self._tell_unrun(
                 trial,
                 config,
-                "invalid",
+                TrialStatus.INVALID,
                 (
                     f"needs {gpus} GPUs on one node but the Ray cluster's largest node has "
                     f"{self._gpus.largest_node}; lower tensor_model_parallel_size (search), use "
@@ -584,13 +611,15 @@ class StudyRunner:
 
     # ------------------------------------------------------------------ finalists
 
-    def _remeasure(self, deadline: float) -> str:
+    def _remeasure(self, deadline: float, stop: StopReason) -> StopReason:
         """Run the fastest Pareto-front trials again until each has ``remeasure_runs`` runs;
-        a note for the stop reason ('' when there is nothing to do)."""
+        ``stop`` with a note on what they did. A stop requested meanwhile stops the job as one
+        during the search does (a shutdown requeues it; a resume re-measures what is missing).
+        The breaker tripping ends the re-measuring only: the search's result stands."""
         budget = self.spec.budget
         wanted = budget.finalists
         if wanted == 0:
-            return ""
+            return stop
         recs = records(self.study)
         finalists = front(self.spec, recs)[:wanted]
         queue: list[TrialRecord] = []
@@ -598,13 +627,14 @@ class StudyRunner:
             done = 1 + sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
             queue += [rec] * max(0, budget.remeasure_runs - done)
         if not finalists:
-            return ""
-        breaker = _Breaker()
+            return stop
         while queue or self._pending:
             if self.hooks.stop_requested():
                 return self._cancel()
             if time.monotonic() >= deadline and not self._pending:
-                return f"; re-measuring the finalists stopped at max_minutes ({budget.max_minutes:g})"
+                return stop.noted(
+                    f"; re-measuring the finalists stopped at max_minutes ({budget.max_minutes:g})"
+                )
             if (
                 queue
                 and time.monotonic() < deadline
@@ -613,11 +643,11 @@ class StudyRunner:
             ):
                 self._launch_repeat(queue.pop(0))
                 continue
-            tripped = self._collect(breaker)
-            if isinstance(tripped, str):
-                return f"; re-measuring the finalists stopped: {tripped}"
+            tripped = self._collect().stop
+            if tripped is not None:
+                return stop.noted(f"; re-measuring the finalists stopped: {tripped.message}")
         numbers = ", ".join(f"#{r.number}" for r in finalists)
-        return (
+        return stop.noted(
             f"; finalists {numbers} measured {budget.remeasure_runs} times each (medians decide the winner)"
         )
 
@@ -632,11 +662,13 @@ class StudyRunner:
             self._tell_unrun(
                 trial,
                 config,
-                "invalid",
+                TrialStatus.INVALID,
                 "left waiting when the search ended; not run (re-measuring finalists)",
             )
         if config_key(config) != config_key(original.config):  # the space changed under it
-            self._tell_unrun(trial, config, "invalid", f"could not re-propose trial {original.number}")
+            self._tell_unrun(
+                trial, config, TrialStatus.INVALID, f"could not re-propose trial {original.number}"
+            )
             return
         predicted = self.memory_model.predict(config).to_attrs() if self.memory_model else {}
         self._submit(trial, config, predicted, repeat_of=original.number)
@@ -661,25 +693,26 @@ class StudyRunner:
             values.append(worst)
         return values
 
-    def _finish(self, result: TrialResult) -> TrialRecord | None:
-        """Tell the outcome; the trial's record, or None for an infrastructure failure."""
+    def _finish(self, result: TrialResult) -> TrialRecord:
+        """Tell the outcome; the trial's record."""
         pending = self._pending.pop(result.trial_id)
         trial, config = pending.trial, pending.config
         # Written one by one; readers see the trial running until it is told (record_of).
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
         if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
-            trial.set_user_attr("status", "infra_error")
+            trial.set_user_attr("status", TrialStatus.INFRA_ERROR)
             self.study.tell(trial, state=TrialState.FAIL)
-            self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
-            return None
+            infra = record_of(self.study._storage.get_trial(trial._trial_id))
+            self.hooks.on_record(infra)
+            return infra
         if pending.predicted and self.memory_model is not None:
             trial.set_user_attr(
                 "memory_error_gib", self.memory_model.errors(pending.predicted, result.status, result.metrics)
             )
         values = self._objective_values(result) if result.ok else None
         if result.ok and values is None:
-            trial.set_user_attr("status", "error")
+            trial.set_user_attr("status", TrialStatus.ERROR)
             trial.set_user_attr("error_message", "the trial reported no value for an objective")
         if values is not None:
             trial.set_constraint(CONSTRAINT, -1.0)
@@ -698,7 +731,7 @@ class StudyRunner:
         self.hooks.on_record(record)
         return record
 
-    def _tell_unrun(self, trial: optuna.Trial, config: dict[str, Any], status: str, why: str) -> None:
+    def _tell_unrun(self, trial: optuna.Trial, config: dict[str, Any], status: TrialStatus, why: str) -> None:
         trial.set_user_attr("status", status)
         trial.set_user_attr("config", config)
         trial.set_user_attr("error_message", why)
@@ -708,7 +741,7 @@ class StudyRunner:
         self,
         trial: optuna.Trial,
         config: dict[str, Any],
-        status: str,
+        status: TrialStatus,
         why: str,
         predicted: dict[str, float],
         inferred_from: int | None = None,
@@ -724,7 +757,7 @@ class StudyRunner:
         trial.set_constraint(CONSTRAINT, 1.0)
         self.study.tell(trial, self._worst_values(predicted.get("peak")))
         record = record_of(self.study._storage.get_trial(trial._trial_id))
-        if status == "inferred_oom":  # certain; a prediction is made again if it is re-proposed
+        if status is TrialStatus.INFERRED_OOM:  # certain; a prediction is made again if re-proposed
             self._known.setdefault(config_key(config), record)
         else:
             self._predicted_oom.add(config_key(config))
@@ -734,42 +767,17 @@ class StudyRunner:
         self, trial: optuna.Trial, config: dict[str, Any], earlier: TrialRecord | None
     ) -> None:
         if earlier is None:  # same config is in flight right now
-            self._tell_unrun(trial, config, "duplicate", "the same config is being measured now")
+            self._tell_unrun(trial, config, TrialStatus.DUPLICATE, "the same config is being measured now")
             return
-        trial.set_user_attr("status", "duplicate")
+        trial.set_user_attr("status", TrialStatus.DUPLICATE)
         trial.set_user_attr("config", config)
         trial.set_user_attr("duplicate_of", earlier.number)
         trial.set_user_attr("metrics", earlier.metrics)
-        if earlier.status == "ok" and earlier.values is not None:
+        if earlier.status == TrialStatus.OK and earlier.values is not None:
             trial.set_constraint(CONSTRAINT, -1.0)
             self.study.tell(trial, earlier.values)
-        elif earlier.status in ("oom", "timeout", *SKIPPED_STATUSES) and earlier.values is not None:
+        elif earlier.status in (*INFEASIBLE_STATUSES, *SKIPPED_STATUSES) and earlier.values is not None:
             trial.set_constraint(CONSTRAINT, 1.0)
             self.study.tell(trial, earlier.values)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
-
-
-@dataclass
-class _Breaker:
-    """Counts infrastructure failures in a row; trips at ``MAX_INFRA_ERRORS_IN_A_ROW``."""
-
-    in_a_row: int = 0
-    last: str = ""
-
-    def saw(self, result: TrialResult, infra: bool) -> None:
-        if infra:
-            self.in_a_row += 1
-            self.last = f"{result.error_type}: {result.error_message or ''}"[:500]
-        else:
-            self.in_a_row = 0
-
-    @property
-    def tripped(self) -> bool:
-        return self.in_a_row >= MAX_INFRA_ERRORS_IN_A_ROW
-
-    def reason(self) -> str:
-        return (
-            f"{BREAKER_PREFIX}: {self.in_a_row} trials in a row failed for reasons outside "
-            f"their configs; last: {self.last}"
-        )

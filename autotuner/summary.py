@@ -17,7 +17,7 @@ from typing import Any
 
 from autotuner.knobs import R
 from autotuner.pareto import ObjectiveFn, pareto_front
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
@@ -91,7 +91,7 @@ def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
         number = r.number if r.repeat_of is None else r.repeat_of
         if number not in out or not r.ran:
             continue
-        ok = r.status == "ok"
+        ok = r.status == TrialStatus.OK
         out[number].throughputs.append((r.metric(THROUGHPUT) or 0.0) if ok else 0.0)
         if ok and r.metric(MEMORY) is not None:
             out[number].peaks_gib.append(float(r.metrics[MEMORY]))
@@ -131,7 +131,7 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
     return sum(
         r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
         for r in recs
-        if r.ran or r.status == "infra_error"
+        if r.ran or r.status == TrialStatus.INFRA_ERROR
     )
 
 
@@ -201,14 +201,18 @@ class JobSummary:
 def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSummary:
     counts: dict[str, int] = {}
     for r in recs:
-        key = r.status if r.repeat_of is None else "remeasured"
+        key = str(r.status) if r.repeat_of is None else "remeasured"
         counts[key] = counts.get(key, 0) + 1
     winner, tied = choose(spec, recs)
     top_tput = winner.median if winner is not None else None
     out_baselines: dict[str, dict[str, Any]] = {}
     for r in recs:
-        if r.baseline and r.baseline not in out_baselines and (r.measured or r.status == "duplicate"):
-            tput = r.metric(THROUGHPUT) if r.status == "ok" else 0.0
+        if (
+            r.baseline
+            and r.baseline not in out_baselines
+            and (r.measured or r.status == TrialStatus.DUPLICATE)
+        ):
+            tput = r.metric(THROUGHPUT) if r.status == TrialStatus.OK else 0.0
             gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
             out_baselines[r.baseline] = {
                 "trial": r.number,

@@ -13,27 +13,12 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.summary import THROUGHPUT, Runs, runs_of
 from storage import JobRecord, JobStatus
 
 T = TypeVar("T")
-
-TrialStatus = Literal[
-    "ok",
-    "oom",
-    "error",
-    "timeout",
-    "invalid",
-    "duplicate",
-    "interrupted",
-    "running",
-    "queued",
-    "infra_error",
-    "predicted_oom",
-    "inferred_oom",
-]
 
 
 class JobCreate(JobSpec):
@@ -151,10 +136,10 @@ class JobPublic(BaseModel):
 
 class TrialPublic(BaseModel):
     number: int
-    status: str = Field(
+    status: TrialStatus = Field(
         description="ok, oom, error, timeout (measured); invalid, duplicate, "
-        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
-        "running."
+        "predicted_oom, inferred_oom (never run); infra_error, interrupted, "
+        "running or queued."
     )
     feasible: bool = Field(description="Measured successfully (status ok).")
     measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")

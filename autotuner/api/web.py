@@ -34,7 +34,7 @@ from autotuner.api.schemas import JobPublic
 from autotuner.api.security import require_read
 from autotuner.api.service import JobService, JobView
 from autotuner.jobs import memory_cap_gib, resolve_device
-from autotuner.records import INFEASIBLE_STATUSES, TrialRecord
+from autotuner.records import INFEASIBLE_STATUSES, TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.summary import THROUGHPUT, front, summarize
 from storage import JobNotFoundError
@@ -435,7 +435,7 @@ def figure(
         ),
         _trace(
             "error",
-            [p for p in others if p[0].status == "error"],
+            [p for p in others if p[0].status == TrialStatus.ERROR],
             marker={
                 "size": 11,
                 "symbol": "x-thin-open",

@@ -14,6 +14,7 @@ from autotuner.replay import Landscape, ReplayExecutor
 from autotuner.samplers import SAMPLERS, make_sampler
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
+from autotuner.stop import StopKind
 from autotuner.study import StudyRunner, config_key, open_study
 
 from .conftest import REPO
@@ -42,7 +43,7 @@ def test_registered_sampler_drives_a_study(name, landscape, tmp_path) -> None:
 
     summary = runner.run()
 
-    assert summary.stop_reason == f"reached max_trials ({MAX_TRIALS})"
+    assert summary.stop.kind is StopKind.MAX_TRIALS, summary.stop_reason
     assert summary.measured == MAX_TRIALS == len(executor.history)
     ran = [config_key(point.config) for _, point, _, _ in executor.history]
     assert len(set(ran)) == len(ran), "a config ran twice"
