@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotuner.errors import AutotunerError
-from autotuner.executor import Resources
+from autotuner.executor import GpuCapacity, Resources
 from autotuner.knobs import R
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
@@ -177,6 +177,10 @@ class ReplayExecutor:
     @property
     def cost_s(self) -> float:
         return sum(cost for *_, cost in self.history)
+
+    def gpu_capacity(self) -> GpuCapacity | None:
+        """None: a replay reserves nothing; every trial is answered at once."""
+        return None
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
         key = self.landscape.key_of(spec)

@@ -40,10 +40,11 @@ from typing import Any
 from autotuner.executor import RayExecutor, Resources, cluster_resources, ensure_ray
 from autotuner.jobs import build_space, memory_cap_gib, resolve_device
 from autotuner.knobs import R
+from autotuner.records import config_key
 from autotuner.replay import Landscape, LandscapePoint
 from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
-from autotuner.study import INFRA_ERROR_TYPES, config_key
+from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
 
 
