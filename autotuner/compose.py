@@ -33,10 +33,10 @@ from typing import Any
 
 from autotuner.knobs import KNOBS
 from autotuner.records import TrialRecord, TrialStatus
+from trials.metrics import THROUGHPUT
 
 ENGINE_PHASES = ("rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
-THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 # Train knobs that change what the engine sees beside it (the actor's resident memory):
 # both sides depend on them.
 SHARED_TRAIN_KNOBS = ("param_offload", "optimizer_offload")

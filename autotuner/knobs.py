@@ -126,10 +126,6 @@ def _ref_static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
     return ctx.workload.use_kl_loss and _static(ctx, cfg)
 
 
-def _graphs(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return not cfg.get("actor_rollout_ref.rollout.enforce_eager", False)
-
-
 R = "actor_rollout_ref.rollout."
 A = "actor_rollout_ref.actor."
 SGLANG_KWARGS = R + "engine_kwargs.sglang."
@@ -295,7 +291,3 @@ _TABLE: list[Knob] = [
 ]
 
 KNOBS: dict[str, Knob] = {k.path: k for k in _TABLE}
-
-# Knobs the engine restarts for; all rollout knobs need a new engine today.
-ROLLOUT_KNOBS = [k.path for k in _TABLE if k.phase == "rollout"]
-TRAIN_KNOBS = [k.path for k in _TABLE if k.phase == "train"]

@@ -53,6 +53,9 @@ MEASURED_STATUSES = (TrialStatus.OK, TrialStatus.OOM, TrialStatus.ERROR, TrialSt
 SKIPPED_STATUSES = (TrialStatus.PREDICTED_OOM, TrialStatus.INFERRED_OOM)
 # User attribute of a trial that re-runs an interrupted one: the interrupted trial's number.
 RETRY_OF = "retry_of"
+# User attribute of a study: the per-device memory cap (GiB) its trials ran under, as the
+# job's runner computed it (the job's cluster.device_memory_gib, else its device's memory).
+MEMORY_CAP = "memory_cap_gib"
 # The status of a trial Optuna has not been told about yet, whatever its attributes say: the
 # tuner writes a result attribute by attribute and tells the study last, so until then a
 # ``status`` attribute is an outcome half written (its values and the rest still missing).

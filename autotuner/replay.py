@@ -32,6 +32,7 @@ from autotuner.executor import GpuCapacity, Resources
 from autotuner.knobs import R
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
+from trials.metrics import THROUGHPUT
 from trials.types import TrialResult, TrialSpec
 
 FORMAT = "autotuner-landscape"
@@ -147,7 +148,7 @@ class Landscape:
 
 def throughput(result: TrialResult) -> float | None:
     """The step throughput of an ``ok`` run, else None."""
-    value = result.metrics.get("throughput_tokens_per_s_per_gpu") if result.ok else None
+    value = result.metrics.get(THROUGHPUT) if result.ok else None
     return None if value is None else float(value)
 
 

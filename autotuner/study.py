@@ -67,7 +67,7 @@ from autotuner.proposals import (
     SearchState,
     waiting,
 )
-from autotuner.records import TrialRecord, TrialStatus, config_key, records
+from autotuner.records import MEMORY_CAP, TrialRecord, TrialStatus, config_key, records
 from autotuner.reuse import rollout_donor, rollout_key
 from autotuner.samplers import make_sampler
 from autotuner.space import SearchSpace
@@ -225,6 +225,8 @@ class StudyRunner:
     def run(self) -> RunSummary:
         if self.device == "cuda":  # the cluster as it is now, not when the runner was built
             self._executor.capacity = self.executor.gpu_capacity()
+        if self.memory_cap_gib is not None:  # for readers without the job's devices (the web page)
+            self.study.set_user_attr(MEMORY_CAP, self.memory_cap_gib)
         self._load_known()
         for source in self.sources:
             for proposal in source.start(self._state):

@@ -19,9 +19,7 @@ from autotuner.knobs import R
 from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-
-THROUGHPUT = "throughput_tokens_per_s_per_gpu"
-MEMORY = "peak_memory_gib"
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 
 def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
@@ -93,8 +91,8 @@ def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
             continue
         ok = r.status == TrialStatus.OK
         out[number].throughputs.append((r.metric(THROUGHPUT) or 0.0) if ok else 0.0)
-        if ok and r.metric(MEMORY) is not None:
-            out[number].peaks_gib.append(float(r.metrics[MEMORY]))
+        if ok and r.metric(PEAK_MEMORY) is not None:
+            out[number].peaks_gib.append(float(r.metrics[PEAK_MEMORY]))
     return out
 
 
@@ -104,7 +102,7 @@ def choose(
     """The winner's runs and the trials it tied with (see the module docstring)."""
     cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
     candidates = [
-        runs for runs in runs_of(recs).values() if float(runs.trial.metrics.get(MEMORY, 0.0)) <= cap
+        runs for runs in runs_of(recs).values() if float(runs.trial.metrics.get(PEAK_MEMORY, 0.0)) <= cap
     ]
     if not candidates:
         return None, []
@@ -217,7 +215,7 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
             out_baselines[r.baseline] = {
                 "trial": r.number,
                 "status": r.status,
-                "throughput_tokens_per_s_per_gpu": tput,
+                THROUGHPUT: tput,
                 "gain_of_best": gain,
             }
     base = next((r for r in recs if r.baseline and r.measured), None)

@@ -140,10 +140,6 @@ def policy_loss(log_probs: torch.Tensor, mb: MicroBatchTensors, advantages: torc
     return (surrogate * mb.response_mask).sum() / mb.response_mask.sum().clamp(min=1.0)
 
 
-def move_model(model: torch.nn.Module, device: torch.device) -> None:
-    model.to(device)
-
-
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
     for state in optimizer.state.values():
         for key, value in state.items():

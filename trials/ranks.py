@@ -50,6 +50,7 @@ from pathlib import Path
 
 from trials import failures
 from trials.errors import InvalidTrialSpec, TrialError
+from trials.metrics import THROUGHPUT
 from trials.phases import phase_of
 from trials.step import step_metrics
 from trials.types import TrialResult, TrialSpec
@@ -410,7 +411,7 @@ def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] 
     metrics["trial_ranks"] = float(spec.trial_gpus)
     metrics["trial_replicas"] = float(spec.trial_gpus // spec.rollout.tensor_model_parallel_size)
     metrics["actor_real_collectives"] = float(real_world(spec))
-    for key in ("step_time_s", "step_tokens", "throughput_tokens_per_s_per_gpu"):
+    for key in ("step_time_s", "step_tokens", THROUGHPUT):
         metrics.pop(key, None)  # a rank's own: one rank's share, not the trial's
     failed = {r: res for r, res in enumerate(results) if res.status != "ok"}
     if not failed and abort is None:

@@ -68,6 +68,7 @@ from trials.memory import (
     process_tree_rss_bytes,
 )
 from trials.memory_cap import device_memory_cap
+from trials.metrics import PEAK_MEMORY
 from trials.phases import in_phase, listening, phase_of
 from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
@@ -477,4 +478,4 @@ class _Trial:
             key = f"{name}_peak_memory_gib"  # a phase sampled in parts keeps its highest
             self.metrics[key] = max(sampler.peak_gib, self.metrics.get(key, 0.0))
             self.peaks.append(sampler.peak_gib)
-            self.metrics["peak_memory_gib"] = max(self.peaks)
+            self.metrics[PEAK_MEMORY] = max(self.peaks)

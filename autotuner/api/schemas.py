@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT, Runs, runs_of
+from autotuner.summary import Runs, runs_of
 from storage import JobRecord, JobStatus
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 T = TypeVar("T")
 
@@ -73,7 +74,7 @@ class BestTrialPublic(BaseModel):
         return cls(
             number=best.number,
             throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
-            peak_memory_gib=best.metric("peak_memory_gib"),
+            peak_memory_gib=best.metric(PEAK_MEMORY),
             device=best.device,
             runs=RunsPublic.of(runs),
         )

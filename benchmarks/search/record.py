@@ -46,6 +46,7 @@ from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
+from trials.metrics import THROUGHPUT
 
 
 def _label(device: str, measured_on: str) -> str:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             landscape.recorded_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             landscape.save(args.out)
             done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
-        tput = result.metrics.get("throughput_tokens_per_s_per_gpu")
+        tput = result.metrics.get(THROUGHPUT)
         print(
             f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
             f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
