@@ -2,7 +2,7 @@
 
 ``verl_config`` is the single place that decides which keys are written: the tuned knobs,
 plus the keys the workload fixes and verl v0.9.0 needs to accept the config unchanged
-(../shared/reference/verl-knobs.md section 3c). ``to_yaml`` and ``to_overrides`` only
+(docs/verl-rules.md, section 2). ``to_yaml`` and ``to_overrides`` only
 format that dict. The output is a partial config: model path, data files and algorithm
 stay the user's, so it is merged into their verl config or passed as overrides.
 

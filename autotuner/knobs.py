@@ -140,10 +140,6 @@ def _entropy_in_update(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
     return ctx.workload.entropy_coeff != 0
 
 
-def _graphs(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return not cfg.get("actor_rollout_ref.rollout.enforce_eager", False)
-
-
 R = "actor_rollout_ref.rollout."
 A = "actor_rollout_ref.actor."
 SGLANG_KWARGS = R + "engine_kwargs.sglang."
@@ -350,7 +346,3 @@ _TABLE: list[Knob] = [
 ]
 
 KNOBS: dict[str, Knob] = {k.path: k for k in _TABLE}
-
-# Knobs the engine restarts for; all rollout knobs need a new engine today.
-ROLLOUT_KNOBS = [k.path for k in _TABLE if k.phase == "rollout"]
-TRAIN_KNOBS = [k.path for k in _TABLE if k.phase == "train"]

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotuner.errors import AutotunerError
-from autotuner.executor import Resources
+from autotuner.executor import GpuCapacity, Resources
 from autotuner.knobs import R
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
+from trials.metrics import THROUGHPUT
 from trials.types import TrialResult, TrialSpec
 
 FORMAT = "autotuner-landscape"
@@ -147,7 +148,7 @@ class Landscape:
 
 def throughput(result: TrialResult) -> float | None:
     """The step throughput of an ``ok`` run, else None."""
-    value = result.metrics.get("throughput_tokens_per_s_per_gpu") if result.ok else None
+    value = result.metrics.get(THROUGHPUT) if result.ok else None
     return None if value is None else float(value)
 
 
@@ -177,6 +178,10 @@ class ReplayExecutor:
     @property
     def cost_s(self) -> float:
         return sum(cost for *_, cost in self.history)
+
+    def gpu_capacity(self) -> GpuCapacity | None:
+        """None: a replay reserves nothing; every trial is answered at once."""
+        return None
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
         key = self.landscape.key_of(spec)

@@ -478,7 +478,7 @@ ObjectiveMetric = Literal[
     "rollout_generated_tokens_per_s",
     "step_time_s",
 ]
-OBJECTIVE_DIRECTIONS: dict[str, str] = {
+OBJECTIVE_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "throughput_tokens_per_s_per_gpu": "maximize",
     "peak_memory_gib": "minimize",
     "rollout_generated_tokens_per_s": "maximize",
@@ -493,7 +493,7 @@ class Objective(_Model):
     )
 
     @property
-    def resolved_direction(self) -> str:
+    def resolved_direction(self) -> Literal["maximize", "minimize"]:
         return self.direction or OBJECTIVE_DIRECTIONS[self.metric]
 
 

@@ -158,18 +158,17 @@ def micro_batch(
         prompt = n - response_lengths[i]
         response_mask[start + prompt - 1 : start + n - 1] = 1.0  # positions predicting the response
         start += n
-    common = {
-        "layout": layout,
-        "labels": torch.from_numpy(labels).to(device),
-        "response_mask": torch.from_numpy(response_mask).to(device),
-        "real_tokens": len(flat),
-    }
+    labels_t = torch.from_numpy(labels).to(device)
+    response_t = torch.from_numpy(response_mask).to(device)
     if layout == PACKED:
         return MicroBatchTensors(
             input_ids=torch.from_numpy(flat).to(device).unsqueeze(0),
             position_ids=torch.from_numpy(positions).to(device).unsqueeze(0),
             attention_mask=None,
-            **common,
+            layout=layout,
+            labels=labels_t,
+            response_mask=response_t,
+            real_tokens=len(flat),
         )
     width = max(lengths)
     ids = np.zeros((len(seqs), width), dtype=np.int64)
@@ -183,7 +182,10 @@ def micro_batch(
         input_ids=torch.from_numpy(ids).to(device),
         position_ids=torch.from_numpy(pos).to(device),
         attention_mask=torch.from_numpy(mask).to(device),
-        **common,
+        layout=layout,
+        labels=labels_t,
+        response_mask=response_t,
+        real_tokens=len(flat),
     )
 
 

@@ -53,6 +53,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from typing import Any
 
 from trials import failures
@@ -67,6 +68,7 @@ from trials.memory import (
     process_tree_rss_bytes,
 )
 from trials.memory_cap import device_memory_cap
+from trials.metrics import PEAK_MEMORY
 from trials.phases import in_phase, listening, phase_of
 from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
@@ -75,6 +77,16 @@ from trials.step import step_metrics
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
+
+
+class EngineState(str, Enum):
+    """Where a trial's rollout engine is while the actor trains (``free_engine``); a str, as
+    a replica leader posts it to its ranks."""
+
+    ASLEEP = "asleep"  # slept (free_cache_engine): its weights kept, its KV cache freed
+    RESIDENT = "resident"  # kept its memory through training (free_cache_engine off)
+    GONE = "gone"  # shut down (no sleep mode), or none here
+
 
 KNOWN_PHASES = ("rollout", "train")
 # What a trial reusing another's rollout takes over from it: the engine's metrics (a
@@ -201,11 +213,11 @@ class _Trial:
         if self.rollout:
             self.generate()
             self.meet("rollout_done")
-        engine = "none"
+        engine = EngineState.GONE  # none started (a train-only trial)
         if self.rollout and self.train:
             engine = self.free_engine()
         if self.train:
-            self.train_phase(engine_resident=engine == "resident")
+            self.train_phase(engine_resident=engine is EngineState.RESIDENT)
             self.meet("trained")
         if self.rollout and self.train:
             self.hand_over(engine)
@@ -319,23 +331,23 @@ class _Trial:
         self.timings["rollout"] = self.metrics["rollout_makespan_s"]
 
     # 3. engine_sleep
-    def free_engine(self) -> str:
-        """Release the engine's memory for training (free_cache_engine); where it is now:
-        ``asleep``, ``resident`` (kept through training) or ``gone`` (shut down). A rank
-        without an engine hears its replica leader's answer."""
-        state = self.release_engine() if self.engine_here else ""
+    def free_engine(self) -> EngineState:
+        """Release the engine's memory for training (free_cache_engine); where it is now. A
+        rank without an engine hears its replica leader's answer."""
+        state = self.release_engine() if self.engine_here else None
         if self.group is None:
-            return state or "gone"  # a reused rollout: no engine here (its hand-over adopted)
-        if self.engine_here:
-            self.group.post("engine", state)
+            # None: a reused rollout, no engine here (its hand-over adopted).
+            return state or EngineState.GONE
+        if state is not None:
+            self.group.post("engine", state.value)
         self.meet("engines_released")
-        return self.group.read("engine", leader_of=self.group.rank)
+        return EngineState(self.group.read("engine", leader_of=self.group.rank))
 
-    def release_engine(self) -> str:
+    def release_engine(self) -> EngineState:
         if self.backend is None:
-            return "gone"
+            return EngineState.GONE
         if not self.spec.rollout.free_cache_engine:
-            return "resident"
+            return EngineState.RESIDENT
         if self.backend.can_sleep:
             with in_phase("engine_sleep"):
                 self.timings["engine_sleep"] = self.backend.sleep()
@@ -344,11 +356,11 @@ class _Trial:
                 kept = self.device_used_gib() - self.before_engine_gib
                 self.metrics["engine_asleep_gib"] = max(0.0, kept)
             self.mark("engine_released")
-            return "asleep"
+            return EngineState.ASLEEP
         self.shutdown_engine()  # no sleep mode (vLLM on CPU): its memory goes with it
         self.metrics["engine_asleep_gib"] = 0.0
         self.mark("engine_released")
-        return "gone"
+        return EngineState.GONE
 
     def adopt_rollout(self) -> None:
         """Take over the rollout side another trial measured (``reused_rollout``)."""
@@ -401,7 +413,7 @@ class _Trial:
         return cap
 
     # 5. engine_wake
-    def hand_over(self, engine: str) -> None:
+    def hand_over(self, engine: EngineState) -> None:
         """The next step's ``rollout_mode``: weights in, engine awake, weights out.
 
         ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
@@ -410,8 +422,8 @@ class _Trial:
         from trials.actor_state import release
 
         backend, actor = self.backend, self.actor
-        asleep = engine == "asleep"
-        if engine == "gone" or actor is None or not (asleep or actor.param_offload):
+        asleep = engine is EngineState.ASLEEP
+        if engine is EngineState.GONE or actor is None or not (asleep or actor.param_offload):
             return
         wake_s = reload_s = 0.0
         with self.sampled("wake"), in_phase("engine_wake"):
@@ -467,4 +479,4 @@ class _Trial:
             key = f"{name}_peak_memory_gib"  # a phase sampled in parts keeps its highest
             self.metrics[key] = max(sampler.peak_gib, self.metrics.get(key, 0.0))
             self.peaks.append(sampler.peak_gib)
-            self.metrics["peak_memory_gib"] = max(self.peaks)
+            self.metrics[PEAK_MEMORY] = max(self.peaks)

@@ -28,6 +28,7 @@ the reward are not measured, so this is an upper bound on what verl reports.
 
 from __future__ import annotations
 
+from trials.metrics import THROUGHPUT
 from trials.types import TrialSpec
 
 TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
@@ -69,5 +70,5 @@ def step_metrics(spec: TrialSpec, metrics: dict[str, float], timings: dict[str, 
     return {
         "step_time_s": step_time,
         "step_tokens": tokens,
-        "throughput_tokens_per_s_per_gpu": tokens / step_time / spec.n_gpus,
+        THROUGHPUT: tokens / step_time / spec.n_gpus,
     }

@@ -15,8 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TrialStatus = Literal["ok", "oom", "error", "timeout"]
-TRIAL_STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
+WorkerStatus = Literal["ok", "oom", "error", "timeout"]
 # Where a failure can happen, in the order a co-located step runs them (see trials.runner):
 # ``startup`` builds the actor and starts the engine, ``engine_sleep`` frees the engine's
 # memory after generation, ``engine_wake`` takes it back for the next step.
@@ -178,7 +177,7 @@ class TrialResult:
     """
 
     trial_id: str
-    status: TrialStatus
+    status: WorkerStatus
     phase: str | None = None
     error_type: str | None = None
     error_message: str | None = None

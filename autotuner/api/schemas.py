@@ -13,27 +13,13 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT, Runs, runs_of
+from autotuner.summary import Runs, runs_of
 from storage import JobRecord, JobStatus
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 T = TypeVar("T")
-
-TrialStatus = Literal[
-    "ok",
-    "oom",
-    "error",
-    "timeout",
-    "invalid",
-    "duplicate",
-    "interrupted",
-    "running",
-    "queued",
-    "infra_error",
-    "predicted_oom",
-    "inferred_oom",
-]
 
 
 class JobCreate(JobSpec):
@@ -88,7 +74,7 @@ class BestTrialPublic(BaseModel):
         return cls(
             number=best.number,
             throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
-            peak_memory_gib=best.metric("peak_memory_gib"),
+            peak_memory_gib=best.metric(PEAK_MEMORY),
             device=best.device,
             runs=RunsPublic.of(runs),
         )
@@ -151,10 +137,10 @@ class JobPublic(BaseModel):
 
 class TrialPublic(BaseModel):
     number: int
-    status: str = Field(
+    status: TrialStatus = Field(
         description="ok, oom, error, timeout (measured); invalid, duplicate, "
-        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
-        "running."
+        "predicted_oom, inferred_oom (never run); infra_error, interrupted, "
+        "running or queued."
     )
     feasible: bool = Field(description="Measured successfully (status ok).")
     measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from trial_helpers import make_spec
+from trial_helpers import make_spec, wait_for_phase
 from trial_watch import TrialSessions
 
 from trials.launcher import launch_trial
@@ -115,8 +115,9 @@ def test_a_trial_killed_without_a_result_is_an_error_with_its_signal(tiny_config
         deadline = time.monotonic() + 30
         while not sessions.sids and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.0)
-        os.kill(next(iter(sessions.sids)), signal.SIGKILL)  # as the kernel's OOM killer would
+        trial = next(iter(sessions.sids))
+        wait_for_phase(trial)  # into its trial
+        os.kill(trial, signal.SIGKILL)  # as the kernel's OOM killer would
         worker.join(60)
     (result,) = results
     assert (result.status, result.error_type) == ("error", "TrialProcessDied")

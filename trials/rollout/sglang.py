@@ -4,7 +4,8 @@ The spec's ``model_config`` is written as ``config.json`` into a temporary direc
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids
 (``input_ids``) and every request generates exactly its ``max_new_tokens``
 (``ignore_eos``). The knobs go in as verl v0.9's ``SGLangHttpServer.launch_server``
-passes them (../shared/reference/verl-knobs.md section 1):
+passes them (``verl/workers/rollout/sglang_rollout/async_sglang_server.py`` at tag v0.9.0;
+docs/verl-rules.md section 1):
 
 - ``gpu_memory_utilization`` -> ``mem_fraction_static``: a different budget than vLLM's.
   SGLang sizes its KV pool as what is free when it starts, times ``mem_fraction_static``,
