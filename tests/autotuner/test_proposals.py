@@ -92,6 +92,6 @@ def test_baselines_are_proposed_once_per_study(landscape) -> None:
     runner = _runner(landscape, [Sampler()], max_trials=1)
     state = SearchState(runner.spec, runner.space, runner.study)
     first = Baselines().start(state)
-    assert [p.attrs["baseline"] for p in first] == [DEFAULTS_BASELINE]
+    assert [p.attrs["baseline"] for p in first] == [DEFAULTS_BASELINE, "verl-v0.9-example"]
     runner.enqueue_baseline()
     assert Baselines().start(state) == []  # the study has trials: its baselines are in it
