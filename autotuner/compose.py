@@ -34,7 +34,7 @@ from typing import Any
 from autotuner.knobs import KNOBS
 from autotuner.records import TrialRecord
 
-ENGINE_PHASES = ("rollout", "engine_sleep", "engine_wake")
+ENGINE_PHASES = ("weight_sync", "rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 # Train knobs that change what the engine sees beside it (the actor's resident memory):

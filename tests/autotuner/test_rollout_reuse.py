@@ -54,6 +54,7 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
             R + "max_num_batched_tokens": 1024,
             R + "max_num_seqs": 64,
             R + "enforce_eager": True,
+            R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
             A + "use_dynamic_bsz": False,
             R + "log_prob_micro_batch_size_per_gpu": 8,
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
