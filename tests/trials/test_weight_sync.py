@@ -198,3 +198,24 @@ def test_vllm_on_a_gpu_loads_the_actors_weights_by_cuda_ipc(tiny_config):
     for name in ENGINE_PARAMS:
         assert torch.equal(after[name], expected[name]), name
     assert synced.buckets == _verl_bucket_count(actor, MIB)
+
+
+@pytest.mark.parametrize("world_size", [1, 4])
+def test_an_fsdp_actor_sends_full_tensors_gathered_from_its_shards(tiny_config, world_size):
+    """A world of one (gloo: the gathered values are the actor's) and one rank of a world of
+    four (faked, as a ranked trial's rank: the gathers run, full shapes, no data moved)."""
+    from trials.actor_state import build_actor_state
+    from trials.distributed import actor_world
+
+    spec = make_spec(tiny_config, phases=["train"], n_gpus=world_size, requests=8, local_mini_batch_size=8)
+    spec.train.use_ref = False
+    plain = _actor(tiny_config, 9)
+    with actor_world("cpu", world_size) as world:
+        state = build_actor_state(spec, "float32", world)
+        sent = dict(actor_weights(state.model, CPU))
+        synced = sync_weights(actor_weights(state.model, CPU), None, 1, CPU)
+        if world_size == 1:
+            full = {name: p.full_tensor() for name, p in state.model.named_parameters()}
+            assert all(torch.equal(sent[name], full[name]) for name in full)
+    assert {n: t.shape for n, t in sent.items()} == {n: t.shape for n, t in plain.state_dict().items()}
+    assert synced.bytes == _state_bytes(plain)
