@@ -35,7 +35,7 @@ from autotuner.knobs import KNOBS
 from autotuner.records import TrialRecord, TrialStatus
 from trials.metrics import THROUGHPUT
 
-ENGINE_PHASES = ("rollout", "engine_sleep", "engine_wake")
+ENGINE_PHASES = ("weight_sync", "rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
 # Train knobs that change what the engine sees beside it (the actor's and the ref's resident memory):
 # both sides depend on them.

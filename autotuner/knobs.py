@@ -74,6 +74,11 @@ def _tp(ctx: SpaceContext) -> list[int]:
     return [tp for tp in _divisors(ctx.cluster.n_gpus_per_node) if ctx.arch.num_attention_heads % tp == 0]
 
 
+def _bucket_megabytes(ctx: SpaceContext) -> list[int]:
+    # The tiny CPU model's fp32 weights are ~2 MB: only a bucket of 1 MB splits them.
+    return _powers_of_two(256, 4096) if ctx.device == "cuda" else [1, 2048]
+
+
 def _bools(ctx: SpaceContext) -> list[bool]:
     return [False, True]
 
@@ -215,6 +220,15 @@ _TABLE: list[Knob] = [
         False,
         vllm_arg="enforce_eager",
         sglang_arg="disable_cuda_graph",
+    ),
+    Knob(
+        R + "checkpoint_engine.update_weights_bucket_megabytes",
+        "int",
+        "rollout",
+        "Bucket size (MB) of the actor -> engine weight sync before every rollout.",
+        ("rollout", "update_weights_bucket_megabytes"),
+        _bucket_megabytes,
+        2048,  # verl v0.9.0 trainer/config/rollout/rollout.yaml
     ),
     Knob(
         A + "use_dynamic_bsz",

@@ -58,3 +58,9 @@ class TrialEnvironmentError(TrialError):
     """Raised when the trial's environment lacks what the config asks verl to run (e.g.
     flash-attention for verl's actor on a GPU): a fault of the host, not of the config;
     the message names the fix."""
+
+
+class WeightSyncFailed(TrialError):
+    """Raised when the engine did not load a bucket of the actor's weights (a vLLM worker
+    that handed over fewer tensors than the bucket held, SGLang answering failure); the
+    message says what the engine answered."""

@@ -13,7 +13,10 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    ``gpu_memory_utilization``, beside the resident actor, so a value that does not fit
    beside it is refused as in verl (by vLLM on a GPU; by ``colocation`` on a capped
    device). ``engine_startup_s`` is a cost of the trial, not of a step.
-2. ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
+2. ``weight_sync``: the actor's weights into the engine, bucket by bucket, as verl's
+   checkpoint engine moves them before every rollout (``rollout.weight_sync``); an engine
+   that sleeps between steps gets them as in verl, its KV cache released meanwhile.
+   ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
 3. ``engine_sleep`` (with ``train`` and ``free_cache_engine``): the engine releases its
    memory (``sleep``); an engine that cannot sleep (vLLM on CPU) is shut down instead.
    Without ``free_cache_engine`` the engine stays resident through training and the
@@ -73,7 +76,7 @@ from trials.phases import in_phase, listening, phase_of
 from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
 from trials.rollout.phase import check_rollout_spec, measure_rollout
-from trials.step import step_metrics
+from trials.step import ROLLOUT_COMPONENTS, step_metrics
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
@@ -99,6 +102,7 @@ ADOPTED = (
     "engine_asleep_gib",
     "wake_peak_memory_gib",
     "actor_wake_reload_s",
+    "weight_sync_",
 )
 LOG_TAIL_CHARS = 12_000
 
@@ -211,6 +215,7 @@ class _Trial:
     def run_steps(self) -> None:
         self.startup()
         if self.rollout:
+            self.sync_weights()
             self.generate()
             self.meet("rollout_done")
         engine = EngineState.GONE  # none started (a train-only trial)
@@ -321,7 +326,43 @@ class _Trial:
             return max(r.used_gib for r in readings)
         return float(self.metrics.get("actor_resident_gib", 0.0))
 
-    # 2. rollout
+    # 2. weight_sync, rollout
+    def sync_weights(self) -> None:
+        """The actor's weights into the engine (``rollout.weight_sync``). Every rank with an
+        actor takes part (its gathers are collectives), only a replica's leader sends. An
+        engine that sleeps between steps receives them as in verl's ``update_weights``:
+        weights woken, KV cache released (the step's ``engine_wake`` is the hand-over's)."""
+        if self.reuse or not (self.engine_here or self.actor is not None):
+            return
+        import torch
+
+        from trials.rollout.weight_sync import actor_weights, model_weights, sync_weights
+
+        spec, backend = self.spec, self.backend
+        device = self.actor.device if self.actor is not None else torch.device(spec.device)
+        if self.actor is not None:
+            weights = actor_weights(self.actor.model, device)
+        else:
+            weights = model_weights(spec.model_config, device)
+        with self.sampled("weight_sync"), in_phase("weight_sync"), self.kv_cache_released():
+            synced = sync_weights(weights, backend, spec.rollout.update_weights_bucket_megabytes, device)
+        self.timings["weight_sync"] = synced.seconds
+        self.metrics.update(synced.metrics())
+        self.mark("weights_synced")
+
+    @contextmanager
+    def kv_cache_released(self) -> Iterator[None]:
+        """An engine that sleeps between steps: weights awake, KV cache released, as verl's
+        ``update_weights`` finds it (none of it timed)."""
+        backend = self.backend
+        if backend is None or not (backend.can_sleep and self.spec.rollout.free_cache_engine):
+            yield
+            return
+        backend.sleep()
+        backend.wake_up(["weights"])
+        yield
+        backend.wake_up(["kv_cache"])
+
     def generate(self) -> None:
         backend = self.backend
         if backend is None:
@@ -370,7 +411,7 @@ class _Trial:
             {k: float(v) for k, v in donor.items() if k.startswith(ADOPTED) and not k.endswith("_at_s")}
         )
         self.metrics["rollout_reused_from_trial"] = float(reuse.get("trial", -1))
-        for part in ("engine_wake", "rollout", "engine_sleep"):
+        for part in ROLLOUT_COMPONENTS:
             if part in reuse.get("timings", {}):
                 self.timings[part] = float(reuse["timings"][part])
         wake_reload = float(donor.get("actor_wake_reload_s", 0.0))

@@ -18,9 +18,11 @@ from typing import Any, Literal
 WorkerStatus = Literal["ok", "oom", "error", "timeout"]
 # Where a failure can happen, in the order a co-located step runs them (see trials.runner):
 # ``startup`` builds the actor and starts the engine, ``engine_sleep`` frees the engine's
-# memory after generation, ``engine_wake`` takes it back for the next step.
+# memory after generation, ``engine_wake`` takes it back for the next step, ``weight_sync``
+# moves the actor's weights into the engine before the rollout.
 PHASES: tuple[str, ...] = (
     "startup",
+    "weight_sync",
     "rollout",
     "engine_sleep",
     "old_log_prob",
@@ -43,6 +45,8 @@ class RolloutKnobs:
     max_model_len: int = 1024
     cudagraph_capture_sizes: list[int] | None = None
     free_cache_engine: bool = True
+    # checkpoint_engine.update_weights_bucket_megabytes: the weight sync's bucket (verl: 2048).
+    update_weights_bucket_megabytes: int = 2048
     # Raw engine arguments merged last (verl's rollout.engine_kwargs.<engine>).
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 

@@ -187,6 +187,7 @@ def test_the_grid_is_every_distinct_runnable_config_the_search_can_propose() -> 
             A + "ppo_max_token_len_per_gpu": 16384,
             R + "log_prob_max_token_len_per_gpu": 16384,
             R + "enforce_eager": True,
+            R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
             "actor_rollout_ref.model.enable_gradient_checkpointing": True,
             A + "fsdp_config.param_offload": False,
             A + "fsdp_config.optimizer_offload": False,

@@ -62,9 +62,17 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
     assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
     assert m["train_peak_memory_gib"] >= 0.9 * m["rollout_peak_memory_gib"]
-    assert set(t) == {"startup", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    assert set(t) == {"startup", "weight_sync", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    # The actor's fp32 weights went into the running engine before the rollout, in one
+    # bucket of verl's default 2048 MB; the sync is part of the step.
+    params = m["actor_params"]
+    embed = tiny_config["vocab_size"] * tiny_config["hidden_size"]  # lm_head, tied, sent too
+    assert m["weight_sync_bytes"] == 4 * (params + embed) and m["weight_sync_buckets"] == 1
+    assert m["engine_ready_at_s"] < m["weights_synced_at_s"] < m["train_start_at_s"]
+    assert t["weight_sync"] == m["weight_sync_s"] > 0
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
-    assert step == pytest.approx(m["rollout_makespan_s"] + sum(t[p] for p in TRAIN_SUB_PHASES))
+    rollout_side = m["rollout_makespan_s"] + t["weight_sync"]
+    assert step == pytest.approx(rollout_side + sum(t[p] for p in TRAIN_SUB_PHASES))
     assert m["step_time_s"] == pytest.approx(step)
     tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
     assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(tokens / step)
