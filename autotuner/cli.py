@@ -23,12 +23,13 @@ from autotuner.errors import AutotunerError
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext, execute, runner_id, take_over
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, records
-from autotuner.settings import get_settings
+from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks, open_study
 from autotuner.summary import THROUGHPUT, JobSummary, best, front, runs_of
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
+from trials.verl import VERL
 
 if TYPE_CHECKING:
     import httpx
@@ -374,6 +375,18 @@ def _engine_importable(module: str, python: str, env: dict[str, str] | None = No
     return False, (out.stderr.strip().splitlines() or ["failed"])[-1]
 
 
+def _doctor_verl(settings: Settings) -> None:
+    """verl's own environment (``trials.verl``): optional, it only verifies configs in verl."""
+    python = settings.verl_python() or sys.executable
+    pythonpath = settings.engine_pythonpath.get(VERL)
+    good, detail = _engine_importable("verl", python, {"PYTHONPATH": pythonpath} if pythonpath else None)
+    where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
+    state = "ok " + detail if good else "not importable (" + detail + ")"
+    console.print(f"verl: {state} (in {where})", markup=False)
+    if not good:
+        console.print(f"  runs in verl need it: {engine_fix(VERL)}", markup=False)
+
+
 @app.command()
 def doctor() -> None:
     """Check GPUs (NVML), engines, torch, the database and Ray."""
@@ -400,6 +413,7 @@ def doctor() -> None:
         if not good and module == "sglang":
             console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
         ok &= good or module == "sglang"
+    _doctor_verl(settings)
     try:
         ctx = JobContext.open(settings)
         console.print(f"database: ok ({ctx.database.masked_url})")
