@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -116,7 +117,7 @@ def test_verls_processes_and_its_private_ray_die_with_the_run(tmp_path: Path) ->
         if proc.poll() is None:
             kill_session(proc, grace_s=1)
         sweep_ray(ray_temp)
-        subprocess.run(["rm", "-rf", str(ray_temp)], check=False)
+        shutil.rmtree(ray_temp, ignore_errors=True)
 
 
 @pytest.mark.gpu
