@@ -23,13 +23,14 @@ from autotuner.api.service import JobService
 from autotuner.errors import AutotunerError
 from autotuner.jobs import JobContext, execute, runner_id, take_over
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus
-from autotuner.settings import get_settings
+from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
 from autotuner.summary import JobSummary, front
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
+from trials.verl import VERL
 
 if TYPE_CHECKING:
     import httpx
@@ -345,6 +346,18 @@ def _engine_importable(module: str, python: str, env: dict[str, str] | None = No
     return False, (out.stderr.strip().splitlines() or ["failed"])[-1]
 
 
+def _doctor_verl(settings: Settings) -> None:
+    """verl's own environment (``trials.verl``): optional, it only verifies configs in verl."""
+    python = settings.verl_python() or sys.executable
+    pythonpath = settings.engine_pythonpath.get(VERL)
+    good, detail = _engine_importable("verl", python, {"PYTHONPATH": pythonpath} if pythonpath else None)
+    where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
+    state = "ok " + detail if good else "not importable (" + detail + ")"
+    console.print(f"verl: {state} (in {where})", markup=False)
+    if not good:
+        console.print(f"  runs in verl need it: {engine_fix(VERL)}", markup=False)
+
+
 @app.command()
 def doctor() -> None:
     """Check GPUs (NVML), engines, torch, the database and Ray."""
@@ -371,6 +384,7 @@ def doctor() -> None:
         if not good and module == "sglang":
             console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
         ok &= good or module == "sglang"
+    _doctor_verl(settings)
     try:
         ctx = JobContext.open(settings)
         console.print(f"database: ok ({ctx.database.masked_url})")
