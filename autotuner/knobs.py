@@ -335,6 +335,7 @@ _TABLE: list[Knob] = [
         _offload,
         False,
         applies=_has_ref,
+        recorded_before=True,  # trials streamed the ref from the CPU before 2026-11-24
     ),
     Knob(
         A + "entropy_from_logits_with_chunking",

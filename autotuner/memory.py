@@ -55,7 +55,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autotuner.knobs import R
+from autotuner.knobs import KNOBS, R, SpaceContext
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
@@ -265,7 +265,17 @@ class MemoryModel:
     # ---------------------------------------------------------------- predictions
 
     def trial_spec(self, config: dict) -> TrialSpec:
-        return build_trial_spec(self.spec, self.arch, config, "memory-model", self.device, self.capacity_gib)
+        """The trial ``config`` ran as: a knob its config does not name (a trial recorded
+        before the knob was in the table) at what trials did then (``Knob.value_before_table``)."""
+        ctx = SpaceContext(self.spec.workload, self.spec.cluster, self.arch, self.device)
+        before = {
+            path: k.value_before_table
+            for path, k in KNOBS.items()
+            if path not in config and k.relevant(ctx, config)
+        }
+        return build_trial_spec(
+            self.spec, self.arch, before | config, "memory-model", self.device, self.capacity_gib
+        )
 
     def physics_of(self, config: dict) -> MemoryPrediction:
         key = json.dumps(config, sort_keys=True, default=str)
@@ -448,7 +458,8 @@ class MemoryModel:
         gradients."""
         v = float(self.arch.vocab_size)
         logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
-        work = real * v * (cb if self.device == "cuda" else 8)
+        # A float32 log-softmax; a float32 copy of the logits first unless they are float32.
+        work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
         return logits + work * (2 if grad else 1)
 
     def _forward_bytes(

@@ -26,7 +26,7 @@ from autotuner.spec import Cluster, JobSpec, Workload
 REF = "actor_rollout_ref.ref."
 SGLANG_CHUNK = R + "engine_kwargs.sglang.chunked_prefill_size"
 
-# Keys of verl v0.9.0's ppo_trainer YAML (../shared/reference/verl-knobs.md sections 1, 2, 3c, 9).
+# Keys of verl v0.9.0's ppo_trainer YAML (verl/trainer/config/*.yaml at v0.9.0; docs/verl-rules.md).
 VERL_V090_YAML_KEYS = {
     "data.train_batch_size",
     "data.max_prompt_length",
@@ -47,6 +47,7 @@ VERL_V090_YAML_KEYS = {
     A + "use_kl_loss",
     A + "ulysses_sequence_parallel_size",
     A + "entropy_from_logits_with_chunking",
+    A + "entropy_coeff",
     A + "entropy_checkpointing",
     A + "use_torch_compile",
     A + "pad_to_length",
