@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import optuna
+import ray
 
 from autotuner import hardware
+from autotuner.capacity import check_device, host_memory_gib
 from autotuner.errors import AutotunerError, EngineUnavailableError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
 from autotuner.records import TrialRecord, records
@@ -47,12 +49,29 @@ def resolve_device(spec: JobSpec) -> Literal["cuda", "cpu"]:
 
 
 def memory_cap_gib(spec: JobSpec, device: str, settings: Settings) -> float | None:
+    """One device's memory: the job's own figure, else the GPU's, else (on a CPU) the
+    service's default; a CPU's never more than the machine has."""
+    if device == "cpu":
+        return min(spec.cluster.device_memory_gib or settings.cpu_device_memory_gib, host_memory_gib())
     if spec.cluster.device_memory_gib is not None:
         return spec.cluster.device_memory_gib
-    if device == "cpu":
-        return settings.cpu_device_memory_gib
     gpus = hardware.gpus()
     return min(g.memory_gib for g in gpus) if gpus else None
+
+
+def cluster_gpus(settings: Settings) -> float | None:
+    """The GPUs the trials can have: the Ray cluster's when Ray is up, this host's when the
+    trials will run on a local Ray, None (unknown) for a cluster not joined yet."""
+    if ray.is_initialized():
+        return cluster_resources().get("GPU", 0.0)
+    if settings.ray_address:
+        return None
+    return float(len(hardware.gpus()))
+
+
+def check_capacity(spec: JobSpec, space: SearchSpace, settings: Settings) -> None:
+    """Refuse a job none of whose trials could run on its device (``capacity.check_device``)."""
+    check_device(spec, space.arch, space.device, settings.cpu_device_memory_gib, cluster_gpus(settings))
 
 
 @dataclass
@@ -177,6 +196,7 @@ def execute(
         if retried:
             log.warning("job %s: the configs of interrupted trials %s run again (once)", job_id, retried)
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
+        check_capacity(spec, space, settings)
         cpus = cluster_resources().get("CPU", 1.0)
         cap = memory_cap_gib(spec, device, settings)
         runner = StudyRunner(

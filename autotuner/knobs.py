@@ -9,9 +9,12 @@ value goes in a ``TrialSpec``. Cross-knob rules live in ``autotuner.rules``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from autotuner.domains import KIND_DOMAINS, Domain, refusal
 
 if TYPE_CHECKING:
     from autotuner.spec import Cluster, ModelArch, Workload
@@ -37,7 +40,9 @@ class SpaceContext:
 
 
 def _divisors(value: int) -> list[int]:
-    return [d for d in range(1, value + 1) if value % d == 0]
+    """The divisors of ``value`` in ascending order, in O(sqrt(value))."""
+    small = [d for d in range(1, math.isqrt(value) + 1) if value % d == 0]
+    return small + [value // d for d in reversed(small) if d * d != value]
 
 
 def _powers_of_two(low: int, high: int) -> list[int]:
@@ -108,6 +113,16 @@ class Knob:
     # The rollout engines verl passes the knob to; for the others it is not searched,
     # not exported and not accepted in a job's search section.
     engines: tuple[str, ...] = ("vllm", "sglang")
+    # The values verl (and its engines) accept at all; None: the kind's own
+    # (``domains.KIND_DOMAINS``: ints >= 1 within int32, any finite float, true/false).
+    domain: Domain | None = None
+
+    def refuses(self, value: Any, *, bound: bool = False) -> str | None:
+        """Why ``value`` is not a value of this knob (its type, its domain); None if it is.
+        ``bound``: the end of a search range (any number within the domain)."""
+        return refusal(
+            self.path, self.kind, self.domain or KIND_DOMAINS.get(self.kind, Domain()), value, bound=bound
+        )
 
     def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
         """Whether the knob reaches a config: the job's engine takes it and it applies."""
@@ -145,6 +160,7 @@ _TABLE: list[Knob] = [
         0.5,
         vllm_arg="gpu_memory_utilization",
         sglang_arg="mem_fraction_static",
+        domain=Domain(low=0, high=1, low_open=True),
     ),
     Knob(
         R + "max_num_batched_tokens",
@@ -172,6 +188,7 @@ _TABLE: list[Knob] = [
         sglang_arg="chunked_prefill_size",
         hydra_plus=True,
         engines=("sglang",),
+        domain=Domain(low=1, high=2**31 - 1, special=(-1,)),  # -1: chunked prefill off
     ),
     Knob(
         R + "max_num_seqs",

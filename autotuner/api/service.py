@@ -18,7 +18,7 @@ from autotuner.api.submission import parse_body, validate_job
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext
 from autotuner.records import TrialRecord, record_of
-from autotuner.spec import JobSpec
+from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
 from storage import JobRecord
 
@@ -176,7 +176,7 @@ class JobService:
     def _view(self, job: JobRecord) -> JobView:
         # The stored spec was validated at submission (its model path resolved then): read it
         # back without resolving the model again, so a moved model file breaks no read.
-        spec = JobSpec.model_validate_json(job.spec_json)
+        spec = read_stored_spec(job.spec_json)
         return JobView(job, spec, self._records(job.study_name))
 
     def _storage(self) -> optuna.storages.RDBStorage:

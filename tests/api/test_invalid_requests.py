@@ -58,7 +58,7 @@ INVALID_JOBS = {
     "value verl rejects": (
         _with("search", **{R + "gpu_memory_utilization": 3.0}),
         ["body", "search", R + "gpu_memory_utilization", "fixed"],
-        "outside (0, 1]",
+        "not in its domain: a number in (0, 1]",
     ),
     "choice verl rejects": (
         _with("search", **{MB: [1, 3]}),
