@@ -169,21 +169,31 @@ class JobStore:
 
         self._database.run_transaction(work)
 
-    def update_progress(self, job_id: str, trials_done: int, result_json: str | None = None) -> None:
+    def update_progress(
+        self, job_id: str, trials_done: int, result_json: str | None = None, runner_id: str | None = None
+    ) -> None:
         """Record the trials done so far and, if given, the result summary so far.
+
+        ``runner_id``, when given, must own the job (a runner that lost it records nothing).
 
         Raises:
             ValueError: ``trials_done`` is negative.
             JobNotFoundError: no job has this id.
-            JobStateError: the job is not running.
+            JobStateError: the job is not running (JobNotOwnedError: not under ``runner_id``).
         """
         if trials_done < 0:
             raise ValueError(f"trials_done={trials_done}: must be 0 or more")
         values: dict[str, Any] = {"trials_done": trials_done}
         if result_json is not None:
             values["result_json"] = result_json
-        statement = update(JobRow).where(JobRow.id == job_id, JobRow.status == "running").values(values)
-        self._database.run_transaction(lambda s: _require_updated(s, statement, job_id, "record progress of"))
+        where = [JobRow.id == job_id, JobRow.status == "running", *_owned_by(runner_id)]
+        statement = update(JobRow).where(*where).values(values)
+
+        def work(session: Session) -> None:
+            if _rowcount(session, statement) == 0:
+                raise _not_updated(_load(session, job_id), runner_id, "record progress of")
+
+        self._database.run_transaction(work)
 
     def finish(
         self,
@@ -192,15 +202,18 @@ class JobStore:
         stop_reason: str | None = None,
         error: str | None = None,
         result_json: str | None = None,
+        runner_id: str | None = None,
     ) -> JobRecord:
         """Move a queued or running job to ``status`` (succeeded, failed or cancelled).
 
-        ``result_json``, when given, replaces the stored result summary.
+        ``result_json``, when given, replaces the stored result summary. ``runner_id``, when
+        given, must own the job: only its runner may end a running job it holds.
 
         Raises:
             ValueError: ``status`` is not a finished status.
             JobNotFoundError: no job has this id.
             JobStateError: the job already finished.
+            JobNotOwnedError: ``runner_id`` is given and the job is not running under it.
         """
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status={status!r}: must be one of {', '.join(FINISHED_STATUSES)}")
@@ -212,9 +225,12 @@ class JobStore:
         }
         if result_json is not None:
             values["result_json"] = result_json
+        unfinished = (
+            JobRow.status.in_(("queued", "running")) if runner_id is None else JobRow.status == "running"
+        )
         statement = (
             update(JobRow)
-            .where(JobRow.id == job_id, JobRow.status.in_(("queued", "running")))
+            .where(JobRow.id == job_id, unfinished, *_owned_by(runner_id))
             .values(values)
             .returning(JobRow)
         )
@@ -222,8 +238,7 @@ class JobStore:
         def work(session: Session) -> JobRecord:
             record = _returning_one(session, statement)
             if record is None:
-                row = _load(session, job_id)
-                raise errors.JobStateError(f"job {job_id} already finished as {row.status}")
+                raise _not_updated(_load(session, job_id), runner_id, "finish")
             return record
 
         return self._database.run_transaction(work)
@@ -413,7 +428,17 @@ def _rowcount(session: Session, statement: Update) -> int:
     return result.rowcount  # type: ignore[attr-defined]
 
 
-def _require_updated(session: Session, statement: Update, job_id: str, action: str) -> None:
-    if _rowcount(session, statement) == 0:
-        row = _load(session, job_id)
-        raise errors.JobStateError(f"cannot {action} job {job_id}: it is {row.status}, not running")
+def _owned_by(runner_id: str | None) -> list[ColumnElement[bool]]:
+    return [] if runner_id is None else [JobRow.runner_id == runner_id]
+
+
+def _not_updated(row: JobRow, runner_id: str | None, action: str) -> errors.JobStateError:
+    """Why a conditional update of ``row`` changed nothing."""
+    if row.status in FINISHED_STATUSES:
+        return errors.JobStateError(f"cannot {action} job {row.id}: it already finished as {row.status}")
+    if runner_id is not None and (row.status != "running" or row.runner_id != runner_id):
+        return errors.JobNotOwnedError(
+            f"cannot {action} job {row.id}: it is {row.status} and owned by {row.runner_id!r}, "
+            f"not by {runner_id!r}"
+        )
+    return errors.JobStateError(f"cannot {action} job {row.id}: it is {row.status}, not running")
