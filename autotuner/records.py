@@ -22,6 +22,7 @@ from trials.types import TrialResult
 #   running      in flight now
 #   queued       enqueued (a baseline, a retry) and not started yet
 #   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
+#   cancelled    stopped by the job's cancellation (or its end) while it ran or waited for GPUs
 #   predicted_oom  the memory model predicts it does not fit by a clear margin; never run
 #   inferred_oom   at least as large in every memory knob as a measured OOM; never run
 # A re-measurement of a finalist has the status of its outcome and ``repeat_of`` set; the

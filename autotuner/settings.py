@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(default=None, description="Bearer token for the API.")
     host: str = Field(default="127.0.0.1", description="Address the API binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port the API binds to.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names requests may carry besides the bind address (and, bound to "
+        "loopback, localhost); a JSON list, e.g. '[\"tuner.example.org\"]', or '[\"*\"]' for any. "
+        "Other Host headers get 400 (DNS rebinding).",
+    )
     runner_concurrency: int = Field(
         default=1, ge=1, le=64, description="Jobs the service runs at once (the rest wait queued)."
     )
@@ -89,7 +95,10 @@ class Settings(BaseSettings):
         default=300.0, gt=0, description="The longest a set-up waits for setup_gate."
     )
     max_request_bytes: int = Field(
-        default=1_048_576, ge=1024, description="Largest request body the API accepts (413 above)."
+        default=4 * 1_048_576,
+        ge=1024,
+        description="Largest request body the API accepts (413 above); a spec holding a dataset's "
+        "300,000 measured lengths is about 1.6 MB of YAML.",
     )
     max_job_trials: int = Field(
         default=1000,

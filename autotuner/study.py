@@ -77,7 +77,8 @@ MAX_UNRUNNABLE_IN_A_ROW = 200
 GRID_LISTED_UP_TO = 4096
 CONSTRAINT = "fits"
 # Failures that say nothing about the config (the machine or Ray failed, or the user
-# cancelled): recorded as ``infra_error``, not counted, and the config may run again.
+# cancelled): recorded as ``infra_error`` (``cancelled`` for a cancelled one), not counted,
+# and the config may run again.
 INFRA_ERROR_TYPES = frozenset(
     {
         "GpuNotClean",
@@ -669,7 +670,7 @@ class StudyRunner:
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
         if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
-            trial.set_user_attr("status", "infra_error")
+            trial.set_user_attr("status", CANCELLED if result.error_type == "Cancelled" else "infra_error")
             self.study.tell(trial, state=TrialState.FAIL)
             self.hooks.on_record(record_of(self.study._storage.get_trial(trial._trial_id)))
             return None

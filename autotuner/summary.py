@@ -126,7 +126,7 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
     return sum(
         r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
         for r in recs
-        if r.ran or r.status == "infra_error"
+        if r.ran or r.status in ("infra_error", "cancelled")
     )
 
 

@@ -31,6 +31,7 @@ TrialStatus = Literal[
     "running",
     "queued",
     "infra_error",
+    "cancelled",
     "predicted_oom",
     "inferred_oom",
 ]
@@ -153,7 +154,7 @@ class TrialPublic(BaseModel):
     number: int
     status: str = Field(
         description="ok, oom, error, timeout (measured); invalid, duplicate, "
-        "predicted_oom, inferred_oom (never run); infra_error, interrupted or "
+        "predicted_oom, inferred_oom (never run); infra_error, cancelled, interrupted or "
         "running."
     )
     feasible: bool = Field(description="Measured successfully (status ok).")

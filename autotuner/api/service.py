@@ -21,6 +21,7 @@ from autotuner.records import TrialRecord, record_of
 from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
 from storage import JobRecord
+from trials.launcher import remove_scratch
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class JobService:
                 "then delete it"
             )
         self.ctx.store.delete(job_id)
+        remove_scratch(job.study_name)  # what killed trials left on this host
 
     # ------------------------------------------------------------------ trials
 

@@ -315,7 +315,9 @@ def test_storage_unavailable_is_503(tmp_path) -> None:
     app = create_app(settings)
     database = Database(settings.resolved_database_url, retry_backoff_s=0.01)
     app.state.service = JobService(JobContext(settings, database, JobStore(database)))
-    client = TestClient(app)  # no lifespan: the service above stands in for the real one
+    client = TestClient(
+        app, base_url="http://127.0.0.1"
+    )  # no lifespan: the service above stands in for the real one
     for path in ("/healthz", "/v1/jobs", "/v1/jobs/abc", "/v1/jobs/abc/trials"):
         response = client.get(path)
         assert response.status_code == 503, (path, response.text)
