@@ -15,7 +15,15 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from autotuner import catalog
 from autotuner.errors import SpecError, UnknownModelError
@@ -549,7 +557,7 @@ class JobSpec(_Model):
     budget: Budget = Field(default_factory=Budget)
     memory_model: MemoryModelSettings = Field(default_factory=MemoryModelSettings)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
-    baselines: dict[str, dict[str, Any]] = Field(
+    baselines: dict[Annotated[str, StringConstraints(min_length=1, max_length=128)], dict[str, Any]] = Field(
         default_factory=dict,
         max_length=16,
         description="Named configs (knob path -> value) measured first, besides verl's defaults, "

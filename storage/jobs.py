@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import re
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -23,6 +24,7 @@ from storage.models import FINISHED_STATUSES, JOB_STATUSES, JobRow, UTCDateTime
 from storage.records import JobRecord
 
 _logger = logging.getLogger(__name__)
+JOB_ID = re.compile(r"[0-9a-f]{32}")
 CANCELLED_STOP_REASON = "cancelled"
 
 
@@ -134,6 +136,7 @@ class JobStore:
             JobNotFoundError: no job has this id.
             JobStateError: the job is not queued (another runner claimed it, or it finished).
         """
+        _known_id(job_id)
         statement = _claim_statement(JobRow.id == job_id, runner_id, device)
 
         def work(session: Session) -> JobRecord:
@@ -153,6 +156,7 @@ class JobStore:
             JobNotOwnedError: the job is not running under ``runner_id`` (requeued as an
                 orphan, claimed by another runner, or finished): stop working on it.
         """
+        _known_id(job_id)
         statement = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "running", JobRow.runner_id == runner_id)
@@ -181,6 +185,7 @@ class JobStore:
             JobNotFoundError: no job has this id.
             JobStateError: the job is not running (JobNotOwnedError: not under ``runner_id``).
         """
+        _known_id(job_id)
         if trials_done < 0:
             raise ValueError(f"trials_done={trials_done}: must be 0 or more")
         values: dict[str, Any] = {"trials_done": trials_done}
@@ -215,6 +220,7 @@ class JobStore:
             JobStateError: the job already finished.
             JobNotOwnedError: ``runner_id`` is given and the job is not running under it.
         """
+        _known_id(job_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status={status!r}: must be one of {', '.join(FINISHED_STATUSES)}")
         values: dict[str, Any] = {
@@ -251,6 +257,7 @@ class JobStore:
             JobNotFoundError: no job has this id.
             JobNotOwnedError: the job is not running under ``runner_id``.
         """
+        _known_id(job_id)
         statement = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "running", JobRow.runner_id == runner_id)
@@ -275,6 +282,7 @@ class JobStore:
         Raises:
             JobNotFoundError: no job has this id.
         """
+        _known_id(job_id)
         cancel_queued = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "queued")
@@ -357,6 +365,7 @@ class JobStore:
             StorageError: the job is deleted but its study could not be (the message names
                 the study so that it can be removed with ``optuna.delete_study``).
         """
+        _known_id(job_id)
         statement = (
             sql_delete(JobRow)
             .where(JobRow.id == job_id, JobRow.status != "running")
@@ -412,6 +421,7 @@ def _claim_statement(which: ColumnElement[bool], runner_id: str, device: str | N
 
 
 def _load(session: Session, job_id: str) -> JobRow:
+    _known_id(job_id)
     row = session.get(JobRow, job_id)
     if row is None:
         raise errors.JobNotFoundError(job_id)
@@ -426,6 +436,13 @@ def _returning_one(session: Session, statement: Any) -> JobRecord | None:
 def _rowcount(session: Session, statement: Update) -> int:
     result = session.execute(statement, execution_options={"synchronize_session": False})
     return result.rowcount  # type: ignore[attr-defined]
+
+
+def _known_id(job_id: str) -> None:
+    """A job id is ``uuid4().hex``: anything else names no job, and never reaches the
+    database (PostgreSQL refuses a NUL byte in a parameter with an error, not a miss)."""
+    if not JOB_ID.fullmatch(job_id):
+        raise errors.JobNotFoundError(job_id[:100])
 
 
 def _owned_by(runner_id: str | None) -> list[ColumnElement[bool]]:

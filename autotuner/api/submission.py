@@ -80,9 +80,13 @@ def _check_document(document: Any) -> None:
             raise InvalidInputError.at(loc, f"{node} is not a finite number", "finite_number")
         if isinstance(node, str):
             _check_text(loc, node)
+            if "\x00" in node:
+                raise InvalidInputError.at(loc, "the text holds a NUL character; leave it out")
         elif isinstance(node, dict):
             for key in node:
-                _check_text([*loc, str(key)], key)
+                _check_text([*loc, _printable(str(key))], key)
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidInputError.at(loc, f"the key {_printable(key)!r} holds a NUL character")
             stack.extend(([*loc, str(k)], v) for k, v in node.items())
         elif isinstance(node, list) and not _plain_ints(node):
             stack.extend(([*loc, i], v) for i, v in enumerate(node))
@@ -98,6 +102,11 @@ def _check_text(loc: list[str | int], text: Any) -> None:
         raise InvalidInputError.at(
             loc, "the text holds a lone surrogate escape (\\ud800-\\udfff); send Unicode"
         )
+
+
+def _printable(text: str) -> str:
+    """``text`` as an error may quote it: a lone surrogate as its escape."""
+    return text if _encodable(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _encodable(text: str) -> bool:
