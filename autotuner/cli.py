@@ -11,24 +11,26 @@ import sys
 import time
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from autotuner import catalog, hardware
+from autotuner.api.service import JobService
 from autotuner.errors import AutotunerError
-from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext, execute, runner_id, take_over
-from autotuner.records import SKIPPED_STATUSES, TrialRecord, records
-from autotuner.settings import get_settings
+from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus
+from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
-from autotuner.study import RunHooks, open_study
-from autotuner.summary import THROUGHPUT, JobSummary, best, front, runs_of
+from autotuner.study import RunHooks
+from autotuner.summary import JobSummary, front
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
+from trials.metrics import THROUGHPUT
+from trials.verl import VERL
 
 if TYPE_CHECKING:
     import httpx
@@ -53,7 +55,7 @@ TokenOpt = Annotated[
 ]
 
 
-def _fail(message: str, code: int = 2) -> None:
+def _fail(message: str, code: int = 2) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(code)
 
@@ -63,13 +65,12 @@ def _context() -> JobContext:
         return JobContext.open(get_settings())
     except (StorageError, ValueError) as exc:
         _fail(str(exc))
-        raise  # unreachable
 
 
 class _ProgressHooks(RunHooks):
     """Progress bar with ETA; one line per finished trial."""
 
-    def __init__(self, progress: Progress, task: int, total: int, already: int) -> None:
+    def __init__(self, progress: Progress, task: TaskID, total: int, already: int) -> None:
         super().__init__(on_record=self._record, on_start=self._start)
         self.progress, self.task, self.total = progress, task, total
         self.started = time.monotonic()
@@ -102,7 +103,7 @@ def _trial_line(rec: TrialRecord) -> str:
         if predicted is not None and error is not None
         else ""
     )
-    if rec.status == "ok":
+    if rec.status == TrialStatus.OK:
         return (
             f"  trial {rec.number:>3}  ok       {rec.metric(THROUGHPUT) or 0:10.1f} tok/s/GPU  "
             f"peak {rec.metric('peak_memory_gib') or 0:6.2f} GiB{model}{again}"
@@ -159,31 +160,16 @@ def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -
     return table
 
 
-def _header(job: JobRecord, rec: TrialRecord, recs: list[TrialRecord]) -> dict[str, Any]:
-    """The export's comment header: the trial's figures, with its runs' median and spread."""
-    header = {
-        "job": job.name,
-        "job_id": job.id,
-        "trial": rec.number,
-        "metrics": rec.metrics,
-        "device": rec.device,
-    }
-    runs = runs_of(recs).get(rec.number)
-    if runs is not None and runs.n >= 2:
-        header["throughput"] = runs.describe()
-    return header
-
-
-def _write_configs(
-    spec: JobSpec, job: JobRecord, rec: TrialRecord, out: Path, recs: list[TrialRecord]
-) -> list[Path]:
+def _write_configs(service: JobService, job_id: str, number: int, out: Path) -> list[Path]:
+    """The trial's verl YAML and Hydra overrides, as the service exports them, in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    header = _header(job, rec, recs)
-    stem = out / f"{job.name}-trial{rec.number}"
-    yaml_path, overrides_path = stem.with_suffix(".yaml"), stem.with_suffix(".overrides")
-    yaml_path.write_text(to_yaml(rec.config, spec, header))
-    overrides_path.write_text(to_overrides(rec.config, spec, header))
-    return [yaml_path, overrides_path]
+    paths = []
+    for fmt in ("yaml", "overrides"):
+        exported = service.export_config(job_id, number, fmt)
+        path = out / exported.filename
+        path.write_text(exported.text)
+        paths.append(path)
+    return paths
 
 
 def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
@@ -191,8 +177,8 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         f"job [bold]{job.id}[/] ({spec.name}): up to {spec.budget.max_trials} trials, "
         f"database {ctx.database.masked_url}"
     )
-    study = open_study(spec, job.study_name, ctx.settings.resolved_database_url)
-    already = sum(1 for r in records(study) if r.measured)
+    service = JobService(ctx)
+    already = sum(1 for r in service.get_job(job.id).records if r.measured)
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -206,13 +192,12 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
             summary = execute(ctx, job.id, hooks)
         except AutotunerError as exc:
             _fail(str(exc))
-    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
+    view = service.get_job(job.id)
     console.print(f"stopped: {summary.stop_reason}; outcomes: {summary.counts}")
-    console.print(_pareto_table(spec, recs, summary))
-    chosen = best(spec, recs)
+    console.print(_pareto_table(spec, view.records, summary))
+    chosen = view.best
     if chosen is None:
-        _fail("no trial succeeded; see the errors above (`autotuner jobs show` lists them)", 1)
-        return
+        _fail(f"no trial succeeded; see the errors above (`autotuner jobs {job.id}` lists them)", 1)
     memory = _memory_line(summary)
     if memory:
         console.print(memory, markup=False, highlight=False)
@@ -222,8 +207,9 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         else ""
     )
     console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
-    for path in _write_configs(spec, job, chosen, out, recs):
+    for path in _write_configs(service, job.id, chosen.number, out):
         console.print(f"wrote {path}")
+    service.close()
 
 
 @app.command()
@@ -288,36 +274,23 @@ def export_cmd(
     if server is not None:
         sys.stdout.write(_remote_export(server, token, job_id, trial, fmt, max_peak_memory_gib))
         return
-    ctx = _context()
+    service = JobService(_context())
     try:
-        job = ctx.store.get(job_id)
-    except StorageError as exc:
+        number = trial if trial is not None else service.best_trial(job_id, max_peak_memory_gib)[0].number
+        sys.stdout.write(service.export_config(job_id, number, fmt).text)
+    except (StorageError, AutotunerError) as exc:
         _fail(str(exc))
-    spec = ctx.spec_of(job)
-    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
-    if trial is None:
-        chosen = best(spec, recs, max_peak_memory_gib)
-        if chosen is None:
-            _fail("no successful trial" + (" under that memory cap" if max_peak_memory_gib else ""))
-    else:
-        chosen = next((r for r in recs if r.number == trial), None)
-        if chosen is None:
-            _fail(f"job {job_id} has no trial {trial}; it has 0..{len(recs) - 1}")
-        if not chosen.config:
-            _fail(f"trial {trial} has no config (status {chosen.status})")
-    header = _header(job, chosen, recs)
-    text = (
-        to_yaml(chosen.config, spec, header) if fmt == "yaml" else to_overrides(chosen.config, spec, header)
-    )
-    sys.stdout.write(text)
+    finally:
+        service.close()
 
 
 @app.command()
 def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trials.")] = None) -> None:
     """List jobs, or show one job's trials."""
-    ctx = _context()
+    service = JobService(_context())
     if job_id is None:
-        rows, count = ctx.store.list(limit=50)
+        views, count = service.list_jobs(status=None, offset=0, limit=50)
+        rows = [view.job for view in views]
         table = Table(title=f"{count} jobs")
         for col in ("id", "name", "status", "trials", "created", "stop reason"):
             table.add_column(col)
@@ -333,16 +306,15 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
         console.print(table)
         return
     try:
-        job = ctx.store.get(job_id)
+        view = service.get_job(job_id)
     except StorageError as exc:
         _fail(str(exc))
-    spec = ctx.spec_of(job)
-    recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
-    pareto = {r.number for r in front(spec, recs)}
+    job = view.job
+    pareto = {r.number for r in front(view.spec, view.records)}
     console.print(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
-    for r in recs:
+    for r in view.records:
         line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
-        if r.status not in ("ok",) and r.error_message:
+        if r.status != TrialStatus.OK and r.error_message:
             line += f"  {r.error_message.splitlines()[-1][:120]}"
         console.print(line, markup=False, highlight=False)
 
@@ -374,6 +346,18 @@ def _engine_importable(module: str, python: str, env: dict[str, str] | None = No
     return False, (out.stderr.strip().splitlines() or ["failed"])[-1]
 
 
+def _doctor_verl(settings: Settings) -> None:
+    """verl's own environment (``trials.verl``): optional, it only verifies configs in verl."""
+    python = settings.verl_python() or sys.executable
+    pythonpath = settings.engine_pythonpath.get(VERL)
+    good, detail = _engine_importable("verl", python, {"PYTHONPATH": pythonpath} if pythonpath else None)
+    where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
+    state = "ok " + detail if good else "not importable (" + detail + ")"
+    console.print(f"verl: {state} (in {where})", markup=False)
+    if not good:
+        console.print(f"  runs in verl need it: {engine_fix(VERL)}", markup=False)
+
+
 @app.command()
 def doctor() -> None:
     """Check GPUs (NVML), engines, torch, the database and Ray."""
@@ -400,6 +384,7 @@ def doctor() -> None:
         if not good and module == "sglang":
             console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
         ok &= good or module == "sglang"
+    _doctor_verl(settings)
     try:
         ctx = JobContext.open(settings)
         console.print(f"database: ok ({ctx.database.masked_url})")
@@ -438,7 +423,6 @@ def serve(
         settings = Settings(**overrides)
     except ValidationError as exc:
         _fail("; ".join(_setting_problem(e) for e in exc.errors()))
-        return
     import optuna
     import uvicorn
 
@@ -475,7 +459,6 @@ def _request(method: str, server: str, path: str, token: str | None, **kwargs: A
         response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
     except httpx.HTTPError as exc:
         _fail(f"cannot reach the autotuner server at {server}: {exc}")
-        raise  # unreachable
     if response.status_code >= 400:
         _fail(f"{method} {url}: {response.status_code} {_problem(response)}")
     return response
@@ -508,7 +491,6 @@ def submit(
         text = job_file.read_bytes()
     except OSError as exc:
         _fail(f"cannot read {job_file}: {exc.strerror}")
-        return
     media = "application/json" if job_file.suffix.lower() == ".json" else "application/yaml"
     created = _request(
         "POST", server, "/v1/jobs", token, content=text, headers={"Content-Type": media}

@@ -32,14 +32,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotuner.knobs import KNOBS
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
+from trials.metrics import THROUGHPUT
 
-ENGINE_PHASES = ("rollout", "engine_sleep", "engine_wake")
+ENGINE_PHASES = ("weight_sync", "rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
-THROUGHPUT = "throughput_tokens_per_s_per_gpu"
-# Train knobs that change what the engine sees beside it (the actor's resident memory):
+# Train knobs that change what the engine sees beside it (the actor's and the ref's resident memory):
 # both sides depend on them.
-SHARED_TRAIN_KNOBS = ("param_offload", "optimizer_offload")
+SHARED_TRAIN_KNOBS = ("param_offload", "optimizer_offload", "ref_param_offload")
 
 
 def side_of(path: str) -> str:
@@ -83,7 +83,7 @@ def best_composition(
     actor: dict[tuple, list[TrialRecord]] = {}
     measured: set[tuple] = set()
     for rec in records:
-        if rec.status != "ok" or not rec.metrics.get(THROUGHPUT):
+        if rec.status != TrialStatus.OK or not rec.metrics.get(THROUGHPUT):
             continue
         if not any(p in rec.phase_timings_s for p in ENGINE_PHASES) or not any(
             p in rec.phase_timings_s for p in ACTOR_PHASES
@@ -151,7 +151,11 @@ def next_engine_side(
         return None
     paths = [p for p in searched if side_of(p) == "engine"]
     best = max(
-        (r for r in records if r.status == "ok" and r.repeat_of is None and r.metrics.get(THROUGHPUT)),
+        (
+            r
+            for r in records
+            if r.status == TrialStatus.OK and r.repeat_of is None and r.metrics.get(THROUGHPUT)
+        ),
         key=lambda r: r.metrics[THROUGHPUT],
         default=None,
     )

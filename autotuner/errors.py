@@ -28,10 +28,6 @@ class InfeasibleSpaceError(AutotunerError):
     """Raised when no configuration satisfies verl's rules for the workload and overrides."""
 
 
-class JobNotFoundError(AutotunerError):
-    """Raised when a job id or a trial number does not exist."""
-
-
 class JobBusyError(AutotunerError):
     """Raised when a job cannot be taken over: another live process runs it, or it finished."""
 

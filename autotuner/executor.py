@@ -52,12 +52,17 @@ class Resources:
 
 class Executor(Protocol):
     """What the study loop dispatches trials to (``RayExecutor``; ``replay.ReplayExecutor``
-    answers from recorded measurements). Driven by one thread.
+    answers from recorded measurements; ``admission.GpuAdmission`` holds trials back until
+    their GPUs are free). Driven by one thread.
 
-    ``submit`` starts a trial; ``wait`` returns the results of the trials that finished
-    within ``timeout_s`` (maybe none), each exactly once; ``cancel_all`` stops the trials
-    in flight and returns a result for each (``error_type`` ``Cancelled``).
+    ``gpu_capacity`` says which GPUs trials can be given (None: the executor does not count
+    GPUs; every trial may start at once); the loop asks it once per run on CUDA. ``submit``
+    starts a trial; ``wait`` returns the results of the trials that finished within
+    ``timeout_s`` (maybe none), each exactly once; ``cancel_all`` stops the trials in flight
+    and returns a result for each (``error_type`` ``Cancelled``).
     """
+
+    def gpu_capacity(self) -> GpuCapacity | None: ...
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None: ...
 

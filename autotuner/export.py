@@ -2,7 +2,7 @@
 
 ``verl_config`` is the single place that decides which keys are written: the tuned knobs,
 plus the keys the workload fixes and verl v0.9.0 needs to accept the config unchanged
-(../shared/reference/verl-knobs.md section 3c). ``to_yaml`` and ``to_overrides`` only
+(docs/verl-rules.md, section 2). ``to_yaml`` and ``to_overrides`` only
 format that dict. The output is a partial config: model path, data files and algorithm
 stay the user's, so it is merged into their verl config or passed as overrides.
 
@@ -41,6 +41,7 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(
         R + "max_model_len",
         A + "ppo_mini_batch_size",
         A + "use_kl_loss",
+        A + "entropy_coeff",
         "trainer.n_gpus_per_node",
         "trainer.nnodes",
     }
@@ -94,6 +95,9 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         out.pop(key, None)
     if not w.use_kl_loss:
         out.pop(REF + "log_prob_micro_batch_size_per_gpu", None)
+        out.pop(REF + "fsdp_config.param_offload", None)
+    if not w.entropy_coeff:
+        out.pop(A + "entropy_checkpointing", None)
     if dynamic and w.use_kl_loss and R + "log_prob_max_token_len_per_gpu" in out:
         out[REF_TOKEN_KEY] = out[R + "log_prob_max_token_len_per_gpu"]
     # verl v0.9.0 drops a False here and vLLM keeps chunked prefill on; never pretend otherwise.
@@ -113,6 +117,7 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
             R + "max_model_len": w.max_sequence_length,
             A + "ppo_mini_batch_size": w.ppo_mini_batch_size,
             A + "use_kl_loss": w.use_kl_loss,
+            A + "entropy_coeff": w.entropy_coeff,
             "trainer.n_gpus_per_node": c.n_gpus_per_node,
             "trainer.nnodes": c.nnodes,
         }

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.knobs import SGLANG_KWARGS, A, R
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 
 MEMORY_KNOBS = (
     R + "gpu_memory_utilization",
@@ -64,7 +64,7 @@ def at_most(small: dict[str, Any], large: dict[str, Any]) -> bool:
 
 def rules_out(record: TrialRecord) -> bool:
     """Whether a trial's outcome says its larger neighbours cannot fit either."""
-    if record.status != "oom" or not record.config:
+    if record.status != TrialStatus.OOM or not record.config:
         return False
     return not KV_SHORTAGE.search(f"{record.error_type or ''} {record.error_message or ''}")
 
@@ -79,7 +79,7 @@ class Feasibility:
     def add(self, record: TrialRecord) -> None:
         if rules_out(record):
             self.ooms.append(record)
-        elif record.status == "ok" and record.config:
+        elif record.status == TrialStatus.OK and record.config:
             self.fits.append(record)
 
     def ruled_out_by(self, config: dict[str, Any]) -> TrialRecord | None:

@@ -26,11 +26,12 @@ from autotuner.errors import AutotunerError, EngineUnavailableError, JobBusyErro
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
 from autotuner.ownership import Ownership
 from autotuner.records import TrialRecord, records
-from autotuner.recovery import RepeatedErrorBreaker, database_unavailable, retry_interrupted
+from autotuner.recovery import database_unavailable, retry_interrupted
 from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
-from autotuner.study import BREAKER_PREFIX, RunHooks, RunSummary, StudyRunner, open_study, recover_interrupted
+from autotuner.stop import StopKind, job_outcome
+from autotuner.study import RunHooks, RunSummary, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
 from storage import Database, DatabaseUnavailableError, JobNotOwnedError, JobRecord, JobStore
 from trials.launcher import engine_fix, engine_importable
@@ -163,8 +164,8 @@ def execute(
     ``SHUTDOWN_STOP_REASON``.
 
     Trials a dead run left behind are marked ``interrupted`` and their configs run again,
-    once (``recovery.retry_interrupted``). ``SAME_ERROR_IN_A_ROW`` trials in a row failing
-    with the same error stop the job as failed, naming it. When the database cannot be
+    once (``recovery.retry_interrupted``). Trials that keep failing for one reason stop the
+    job as failed, naming it (the study's ``autotuner.breaker``). When the database cannot be
     reached the exception propagates and the job is left running (not failed): the
     service's runner puts it back in the queue once the database answers.
     """
@@ -190,16 +191,10 @@ class _Run:
 
     def execute(self, caller: RunHooks) -> JobSummary:
         ctx, job_id = self.ctx, self.job_id
-        breaker = RepeatedErrorBreaker()
-
-        def on_record(record: TrialRecord) -> None:
-            breaker.see(record)
-            caller.on_record(record)
-
         hooks = RunHooks(
-            on_record=on_record,
+            on_record=caller.on_record,
             on_start=caller.on_start,
-            stop_requested=lambda: breaker.tripped or caller.stop_requested() or self.stopping(),
+            stop_requested=lambda: caller.stop_requested() or self.stopping(),
         )
         job = ctx.store.get(job_id)
         settings = ctx.settings
@@ -225,13 +220,8 @@ class _Run:
         if not self.ownership.held:
             log.error("job %s: lost to another runner; this run stops without recording its end", job_id)
             return summarize(spec, result.records, LOST_STOP_REASON)
-        if breaker.tripped:
-            stop_reason = f"{BREAKER_PREFIX}: {breaker.reason}"
-            summary = summarize(spec, result.records, stop_reason)
-            self._finish("failed", stop_reason, stop_reason, json.dumps(summary.to_dict()))
-            return summary
         if (
-            result.stop_reason == "cancelled"
+            result.stop.kind is StopKind.CANCELLED
             and self.stopping()
             and not ctx.store.is_cancel_requested(job_id)
         ):
@@ -239,12 +229,7 @@ class _Run:
             log.info("job %s: service shutting down; back in the queue to resume", job_id)
             return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
         summary = summarize(spec, result.records, result.stop_reason)
-        status = "cancelled" if result.stop_reason == "cancelled" else "succeeded"
-        error = None
-        if result.stop_reason.startswith(BREAKER_PREFIX):
-            status, error = "failed", result.stop_reason
-        elif status == "succeeded" and summary.best is None:
-            status, error = "failed", "no trial succeeded"
+        status, error = job_outcome(result.stop, found_a_winner=summary.best is not None)
         self._finish(status, result.stop_reason, error, json.dumps(summary.to_dict()))
         return summary
 

@@ -5,6 +5,9 @@ values worth trying for a workload on a cluster (before user overrides); ``basel
 what verl v0.9.0 uses when the key is left alone (repaired to a valid value where
 verl's default would be rejected, e.g. TP 2 on one GPU); ``trial_field`` says where the
 value goes in a ``TrialSpec``. Cross-knob rules live in ``autotuner.rules``.
+
+verl leaves the micro-batch sizes unset (``null``); their baseline, 2, is the value verl's
+own example sets (``examples/grpo_trainer/run_qwen3_4b_fsdp.sh`` at v0.9.0).
 """
 
 from __future__ import annotations
@@ -76,6 +79,11 @@ def _tp(ctx: SpaceContext) -> list[int]:
     return [tp for tp in _divisors(ctx.cluster.n_gpus_per_node) if ctx.arch.num_attention_heads % tp == 0]
 
 
+def _bucket_megabytes(ctx: SpaceContext) -> list[int]:
+    # The tiny CPU model's fp32 weights are ~2 MB: only a bucket of 1 MB splits them.
+    return _powers_of_two(256, 4096) if ctx.device == "cuda" else [1, 2048]
+
+
 def _bools(ctx: SpaceContext) -> list[bool]:
     return [False, True]
 
@@ -124,6 +132,10 @@ class Knob:
             self.path, self.kind, self.domain or KIND_DOMAINS.get(self.kind, Domain()), value, bound=bound
         )
 
+    # Searched unless the job says otherwise; False: held at its baseline unless the job's
+    # search section names it (a knob whose other values rarely pay, e.g. padded rows).
+    searched_by_default: bool = True
+
     def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
         """Whether the knob reaches a config: the job's engine takes it and it applies."""
         return ctx.workload.engine in self.engines and self.applies(ctx, cfg)
@@ -141,8 +153,12 @@ def _ref_static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
     return ctx.workload.use_kl_loss and _static(ctx, cfg)
 
 
-def _graphs(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return not cfg.get("actor_rollout_ref.rollout.enforce_eager", False)
+def _has_ref(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+    return ctx.workload.use_kl_loss
+
+
+def _entropy_in_update(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+    return ctx.workload.entropy_coeff != 0
 
 
 R = "actor_rollout_ref.rollout."
@@ -224,6 +240,15 @@ _TABLE: list[Knob] = [
         sglang_arg="disable_cuda_graph",
     ),
     Knob(
+        R + "checkpoint_engine.update_weights_bucket_megabytes",
+        "int",
+        "rollout",
+        "Bucket size (MB) of the actor -> engine weight sync before every rollout.",
+        ("rollout", "update_weights_bucket_megabytes"),
+        _bucket_megabytes,
+        2048,  # verl v0.9.0 trainer/config/rollout/rollout.yaml
+    ),
+    Knob(
         A + "use_dynamic_bsz",
         "bool",
         "train",
@@ -239,7 +264,7 @@ _TABLE: list[Knob] = [
         "Sequences per fwd/bwd micro-batch of the actor update.",
         ("train", "ppo_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_static,
     ),
     Knob(
@@ -249,7 +274,7 @@ _TABLE: list[Knob] = [
         "Sequences per micro-batch of the actor's old-log-prob forward.",
         ("train", "log_prob_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_static,
     ),
     Knob(
@@ -259,7 +284,7 @@ _TABLE: list[Knob] = [
         "Sequences per micro-batch of the reference model's forward.",
         ("train", "ref_log_prob_micro_batch_size_per_gpu"),
         _micro,
-        4,
+        2,
         applies=_ref_static,
     ),
     Knob(
@@ -301,6 +326,47 @@ _TABLE: list[Knob] = [
         False,
     ),
     Knob(
+        "actor_rollout_ref.model.use_remove_padding",
+        "bool",
+        "train",
+        "Pack each micro-batch's sequences into one row (flash-attention varlen) instead of "
+        "padding them to the longest.",
+        ("train", "use_remove_padding"),
+        _bools,
+        True,
+        searched_by_default=False,
+    ),
+    Knob(
+        "actor_rollout_ref.ref.fsdp_config.param_offload",
+        "bool",
+        "train",
+        "Keep the reference model on the CPU outside its forward.",
+        ("train", "ref_param_offload"),
+        _offload,
+        False,
+        applies=_has_ref,
+    ),
+    Knob(
+        A + "entropy_from_logits_with_chunking",
+        "bool",
+        "train",
+        "Compute the logits' entropy 2048 rows at a time (less memory in the log-prob forward).",
+        ("train", "entropy_from_logits_with_chunking"),
+        _bools,
+        False,
+        searched_by_default=False,
+    ),
+    Knob(
+        A + "entropy_checkpointing",
+        "bool",
+        "train",
+        "Recompute the update's entropy in the backward instead of keeping it (entropy_coeff > 0).",
+        ("train", "entropy_checkpointing"),
+        _bools,
+        False,
+        applies=_entropy_in_update,
+    ),
+    Knob(
         A + "fsdp_config.optimizer_offload",
         "bool",
         "train",
@@ -312,7 +378,3 @@ _TABLE: list[Knob] = [
 ]
 
 KNOBS: dict[str, Knob] = {k.path: k for k in _TABLE}
-
-# Knobs the engine restarts for; all rollout knobs need a new engine today.
-ROLLOUT_KNOBS = [k.path for k in _TABLE if k.phase == "rollout"]
-TRAIN_KNOBS = [k.path for k in _TABLE if k.phase == "train"]

@@ -15,12 +15,17 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
 - ``train``: the engine asleep (only its CUDA context and graph pool stay), and the
   largest of the three sub-phases over the micro-batches the rank runs (the lengths are
   the job's own, drawn as the trial draws them): the old-log-prob forward (params +
-  resident optimizer state + one micro-batch's forward activations and logits), the
-  reference forward (bf16, CPU-offloaded, streamed layer by layer: see
-  ``trials.actor_state``), and the update (params + fp32 grads + AdamW state + the saved
-  activations of every layer, or only their inputs under gradient checkpointing, + the
-  logits: ``micro-batch x response window x vocab`` in the compute dtype, its fp32 copy,
-  the log-softmax and their gradients).
+  resident optimizer state + one micro-batch's forward activations, logits and their
+  entropy), the reference forward, and the update (params + fp32 grads + AdamW state +
+  the saved activations of every layer, or only their inputs under gradient
+  checkpointing, + the logits and their gradients). A micro-batch computes what its
+  layout computes (``trials.actor``): packed, its real tokens ``T``; padded, rows x its
+  longest row; the logits of every such position (``positions x vocab``). SDPA (the
+  CPU) adds a boolean mask over each row's positions squared; flash-attention (a GPU)
+  none.
+- the reference model (``use_ref``): its compute-dtype shard stays on the device beside
+  the actor from the build on, unless ``ref_param_offload`` keeps it on the CPU outside
+  its own forward.
 - ``wake``: the next step's hand-over: the engine's weights wake while the actor's process
   still caches what training used, then its full budget is back beside the actor (whose
   parameters come in for the weight sync under ``param_offload``).
@@ -300,8 +305,10 @@ class MemoryModel:
         grads = 4 * shard / GIB
         optimizer = 8 * shard / GIB
         rollout, train = "rollout" in trial.phases, "train" in trial.phases
+        ref = self._compute_bytes(trial) * shard / GIB if train and t.use_ref else 0.0
+        ref_resident = 0.0 if t.ref_param_offload and cuda else ref
         actor = (
-            (0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer)
+            (0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer) + ref_resident
             if train
             else 0.0
         )
@@ -357,7 +364,6 @@ class MemoryModel:
         lengths = [
             p + r for p, r in zip(trial.train_prompt_lengths, trial.train_response_lengths, strict=True)
         ]
-        responses = list(trial.train_response_lengths)
         try:
             plans = {
                 "old_log_prob": log_prob_plan(
@@ -388,17 +394,20 @@ class MemoryModel:
         resident_opt = 0.0 if t.optimizer_offload else optimizer
         layer_copy = self._unit_bytes(cb) / GIB  # FSDP's compute-dtype copy of the units in use
         slack = 1.0 + self.k.allocator_slack
-        fwd = max(self._forward_bytes(mb, lengths, responses, cb) for mb in plans["old_log_prob"])
-        out = {"old_log_prob": params + resident_opt + layer_copy + slack * fwd / GIB}
+        packed = t.use_remove_padding
+        ref = cb * self.arch.num_parameters / max(trial.n_gpus, 1) / GIB if t.use_ref else 0.0
+        ref_resident = 0.0 if t.ref_param_offload and self.device == "cuda" else ref
+        fwd = max(self._forward_bytes(mb, lengths, packed, cb, True) for mb in plans["old_log_prob"])
+        out = {"old_log_prob": params + resident_opt + ref_resident + layer_copy + slack * fwd / GIB}
         if t.use_ref:
-            ref_fwd = max(self._forward_bytes(mb, lengths, responses, cb) for mb in plans["ref_log_prob"])
+            ref_fwd = max(self._forward_bytes(mb, lengths, packed, cb, False) for mb in plans["ref_log_prob"])
             actor_params = 0.0 if t.param_offload else params
-            out["ref_log_prob"] = actor_params + resident_opt + layer_copy + slack * ref_fwd / GIB
+            out["ref_log_prob"] = actor_params + resident_opt + ref + layer_copy + slack * ref_fwd / GIB
         upd = max(
-            self._update_bytes(mb, lengths, responses, cb, t.enable_gradient_checkpointing)
+            self._update_bytes(mb, lengths, packed, cb, t.enable_gradient_checkpointing)
             for mb in plans["update_actor"]
         )
-        out["update_actor"] = params + grads + optimizer + layer_copy + slack * upd / GIB
+        out["update_actor"] = params + grads + optimizer + ref_resident + layer_copy + slack * upd / GIB
         return out
 
     def _compute_bytes(self, trial: TrialSpec) -> int:
@@ -423,40 +432,49 @@ class MemoryModel:
         inter = int(a.config["intermediate_size"])
         return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
 
-    def _shape(self, mb: MicroBatch, lengths: list[int], responses: list[int]) -> tuple[int, int, int]:
-        rows = len(mb.indices)
-        width = max(lengths[i] for i in mb.indices)
-        window = max(responses[i] for i in mb.indices) + 1
-        return rows, width, window
+    def _shape(self, mb: MicroBatch, lengths: list[int], packed: bool) -> tuple[int, int, int]:
+        """(positions the model computes, real tokens, attention-mask elements)."""
+        real = sum(lengths[i] for i in mb.indices)
+        sdpa = self.device != "cuda"  # flash-attention on a GPU takes no mask
+        if packed:
+            return real, real, real * real if sdpa else 0
+        rows, width = len(mb.indices), max(lengths[i] for i in mb.indices)
+        return rows * width, real, rows * width * width if sdpa else 0
 
-    def _logit_elements(self, rows: int, window: int) -> float:
-        return float(rows) * window * self.arch.vocab_size
+    def _logit_bytes(self, positions: int, real: int, cb: int, grad: bool) -> float:
+        """The logits of every computed position in the compute dtype, the real rows'
+        gather (padded), and the log-probability's working copies: flash-attn's fused
+        cross-entropy on a GPU, a float32 log-softmax elsewhere; with ``grad``, their
+        gradients."""
+        v = float(self.arch.vocab_size)
+        logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
+        work = real * v * (cb if self.device == "cuda" else 8)
+        return logits + work * (2 if grad else 1)
 
-    def _forward_bytes(self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int) -> float:
-        """A forward without grad: one layer's transient, the attention mask, the logits in
-        the compute dtype, their fp32 copy and the log-softmax."""
-        rows, width, window = self._shape(mb, lengths, responses)
-        tokens = rows * width
+    def _forward_bytes(
+        self, mb: MicroBatch, lengths: list[int], packed: bool, cb: int, entropy: bool
+    ) -> float:
+        """A forward without grad: one layer's transient, the attention mask, the logits
+        (with the old-log-prob forward's entropy: two more rows-by-vocab temporaries)."""
+        positions, real, mask = self._shape(mb, lengths, packed)
         a = self.arch
         inter = int(a.config["intermediate_size"])
-        layer = tokens * (cb * (3 * inter + 4 * a.hidden_size))
-        mask = rows * width * width  # sdpa's boolean padding mask
-        logits = self._logit_elements(rows, window) * ((cb + 8) if cb < 4 else 8)
+        layer = positions * (cb * (3 * inter + 4 * a.hidden_size))
+        logits = self._logit_bytes(positions, real, cb, grad=False)
+        if entropy:
+            logits += 2 * real * float(a.vocab_size) * cb
         return layer + mask + logits
 
     def _update_bytes(
-        self, mb: MicroBatch, lengths: list[int], responses: list[int], cb: int, checkpointing: bool
+        self, mb: MicroBatch, lengths: list[int], packed: bool, cb: int, checkpointing: bool
     ) -> float:
         """A forward + backward: saved activations (all layers', or their inputs plus one
         layer recomputed), the mask, and the logits with their gradients."""
-        rows, width, window = self._shape(mb, lengths, responses)
-        tokens = rows * width
+        positions, real, mask = self._shape(mb, lengths, packed)
         a = self.arch
-        per_layer = self._per_token_layer_bytes(cb) * tokens
+        per_layer = self._per_token_layer_bytes(cb) * positions
         if checkpointing:
-            saved = a.num_layers * cb * a.hidden_size * tokens + 2 * per_layer
+            saved = a.num_layers * cb * a.hidden_size * positions + 2 * per_layer
         else:
             saved = a.num_layers * per_layer
-        mask = rows * width * width
-        logits = self._logit_elements(rows, window) * 12
-        return saved + mask + logits
+        return saved + mask + self._logit_bytes(positions, real, cb, grad=True)

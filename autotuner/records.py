@@ -7,7 +7,9 @@ view of that used by the study loop, the CLI, the API and the exporter.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import optuna
@@ -15,33 +17,56 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trials.types import TrialResult
 
-# Outcomes beyond the worker's ok/oom/error/timeout:
-#   invalid      breaks a verl/engine rule; never run
-#   duplicate    same config as an earlier trial; that trial's outcome is reused, not re-run
-#   interrupted  was running when the tuner process died; marked failed on resume
-#   running      in flight now
-#   queued       enqueued (a baseline, a retry) and not started yet
-#   infra_error  failed for a reason outside its config (GPU not clean, Ray worker lost)
-#   cancelled    stopped by the job's cancellation (or its end) while it ran or waited for GPUs
-#   predicted_oom  the memory model predicts it does not fit by a clear margin; never run
-#   inferred_oom   at least as large in every memory knob as a measured OOM; never run
+
+class TrialStatus(str, Enum):
+    """What became of a trial: the worker's outcomes, and the study's own.
+
+    Its values are what the study stores (the ``status`` user attribute) and what the API
+    returns, so a member's value never changes. A str, so that comparing with a stored
+    value and writing it as JSON need no conversion."""
+
+    # Measured by the worker (``trials.types.WorkerStatus``).
+    OK = "ok"
+    OOM = "oom"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    # Never run.
+    INVALID = "invalid"  # breaks a verl/engine rule
+    DUPLICATE = "duplicate"  # same config as an earlier trial; its outcome is reused
+    PREDICTED_OOM = "predicted_oom"  # the memory model predicts it does not fit by a margin
+    INFERRED_OOM = "inferred_oom"  # at least as large in every memory knob as a measured OOM
+    # Not an outcome of the config.
+    INFRA_ERROR = "infra_error"  # failed for a reason outside it (GPU not clean, Ray lost)
+    INTERRUPTED = "interrupted"  # was running when the tuner process died; failed on resume
+    RUNNING = "running"  # in flight now
+    QUEUED = "queued"  # enqueued (a baseline, a retry, a composition) and not started yet
+    CANCELLED = "cancelled"  # stopped by the job's cancellation (or its end) while it ran or waited
+
+    def __str__(self) -> str:
+        return self.value
+
+
 # A re-measurement of a finalist has the status of its outcome and ``repeat_of`` set; the
 # re-run of an interrupted trial, ``retry_of`` (``RETRY_OF``, set by autotuner.recovery).
-INFEASIBLE_STATUSES = ("oom", "timeout")
-MEASURED_STATUSES = ("ok", "oom", "error", "timeout")
-SKIPPED_STATUSES = ("predicted_oom", "inferred_oom")
+# Tuples, not sets: membership compares values, so a plain stored string matches too.
+INFEASIBLE_STATUSES = (TrialStatus.OOM, TrialStatus.TIMEOUT)
+MEASURED_STATUSES = (TrialStatus.OK, TrialStatus.OOM, TrialStatus.ERROR, TrialStatus.TIMEOUT)
+SKIPPED_STATUSES = (TrialStatus.PREDICTED_OOM, TrialStatus.INFERRED_OOM)
 # User attribute of a trial that re-runs an interrupted one: the interrupted trial's number.
 RETRY_OF = "retry_of"
+# User attribute of a study: the per-device memory cap (GiB) its trials ran under, as the
+# job's runner computed it (the job's cluster.device_memory_gib, else its device's memory).
+MEMORY_CAP = "memory_cap_gib"
 # The status of a trial Optuna has not been told about yet, whatever its attributes say: the
 # tuner writes a result attribute by attribute and tells the study last, so until then a
 # ``status`` attribute is an outcome half written (its values and the rest still missing).
-UNTOLD_STATUSES = {TrialState.RUNNING: "running", TrialState.WAITING: "queued"}
+UNTOLD_STATUSES = {TrialState.RUNNING: TrialStatus.RUNNING, TrialState.WAITING: TrialStatus.QUEUED}
 
 
 @dataclass
 class TrialRecord:
     number: int
-    status: str
+    status: TrialStatus
     config: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     phase_timings_s: dict[str, float] = field(default_factory=dict)
@@ -52,6 +77,9 @@ class TrialRecord:
     # Where it ran: the host, and the Ray node on a cluster ("" where not recorded).
     hostname: str = ""
     node: str = ""
+    # What measured it: package versions, attention kernel, CUDA, driver, GPU name
+    # (``trials.device.software``; empty where not recorded).
+    software: dict[str, str] = field(default_factory=dict)
     # The engines' own timing lines from the trial's log (``trials.launcher.timing_lines``).
     timing_lines: list[str] = field(default_factory=list)
     values: list[float] | None = None
@@ -77,7 +105,7 @@ class TrialRecord:
     def feasible(self) -> bool:
         """Measured successfully. Duplicates are not: the trial they repeat stands for them.
         Nor are re-measurements: they count in their finalist's median."""
-        return self.status == "ok" and self.repeat_of is None
+        return self.status == TrialStatus.OK and self.repeat_of is None
 
     @property
     def measured(self) -> bool:
@@ -100,9 +128,14 @@ class TrialRecord:
         return None if value is None else float(value)
 
 
+def config_key(config: dict[str, Any]) -> str:
+    """A config's identity: two trials with equal keys ran the same config."""
+    return json.dumps(config, sort_keys=True, default=str)
+
+
 def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
     return {
-        "status": result.status,
+        "status": TrialStatus(result.status),
         "config": config,
         "metrics": result.metrics,
         "phase_timings_s": result.phase_timings_s,
@@ -112,6 +145,7 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
         "device": result.device,
         "hostname": result.hostname,
         "node": result.node,
+        "software": result.software,
         "wall_s": result.wall_s,
         "log_tail": result.log_tail[-4000:],
         "timing_lines": result.timing_lines,
@@ -120,9 +154,9 @@ def attrs_for(result: TrialResult, config: dict[str, Any]) -> dict[str, Any]:
 
 def record_of(trial: FrozenTrial) -> TrialRecord:
     a = trial.user_attrs
-    status = UNTOLD_STATUSES.get(trial.state, a.get("status"))
+    status = UNTOLD_STATUSES.get(trial.state)
     if status is None:  # told without a status: its process died before it wrote one
-        status = "interrupted"
+        status = TrialStatus(a.get("status") or TrialStatus.INTERRUPTED)
     return TrialRecord(
         number=trial.number,
         status=status,
@@ -135,6 +169,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         device=a.get("device") or "",
         hostname=a.get("hostname") or "",
         node=a.get("node") or "",
+        software=a.get("software") or {},
         timing_lines=a.get("timing_lines") or [],
         values=list(trial.values) if trial.values is not None else None,
         baseline=a.get("baseline"),

@@ -2,10 +2,9 @@
 
 - ``retry_interrupted``: a trial cut off by a stopped tuner (killed, shut down, its
   database gone mid-run) says nothing about its config; its config runs again, once.
-- ``RepeatedErrorBreaker``: trials that keep failing with the very same error (a missing
-  engine, a broken environment) stop the job as failed, naming the error, instead of
-  spending the whole budget on it. Infrastructure errors have their own breaker in the
-  study loop (``study.MAX_INFRA_ERRORS_IN_A_ROW``); this one watches config verdicts.
+- trials that keep failing for one reason stop the job: the study's circuit breaker
+  (``autotuner.breaker``; its ``RepeatedErrorBreaker`` and ``SAME_ERROR_IN_A_ROW`` are
+  importable from here too).
 - ``database_unavailable``: whether an exception means the database could not be reached
   (or stayed locked), so the job should wait and resume rather than fail.
 """
@@ -18,16 +17,20 @@ import optuna
 from optuna.trial import TrialState
 from sqlalchemy import exc as sa_exc
 
-from autotuner.records import RETRY_OF, TrialRecord
+from autotuner.breaker import SAME_ERROR_IN_A_ROW, RepeatedErrorBreaker
+from autotuner.records import RETRY_OF, TrialStatus
 from storage import DatabaseUnavailableError
 from storage.driver_errors import is_transient
 
 log = logging.getLogger(__name__)
 
-# Trials in a row failing with the same error type and message that stop the job. Larger
-# than the infrastructure breaker's 3: distinct configs sharing one bad knob value may fail
-# alike a few times by chance, but five identical failures in a row mean nothing can run.
-SAME_ERROR_IN_A_ROW = 5
+__all__ = [
+    "SAME_ERROR_IN_A_ROW",
+    "RepeatedErrorBreaker",
+    "database_unavailable",
+    "retry_interrupted",
+    "root_cause",
+]
 
 
 def retry_interrupted(study: optuna.Study) -> list[int]:
@@ -43,7 +46,7 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
     for t in trials:
         if (
             t.state != TrialState.FAIL
-            or t.user_attrs.get("status") != "interrupted"
+            or t.user_attrs.get("status") != TrialStatus.INTERRUPTED
             or not t.params
             or t.number in retried
             or RETRY_OF in t.user_attrs
@@ -55,40 +58,6 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
         study.enqueue_trial(dict(t.params), user_attrs=attrs)
         numbers.append(t.number)
     return numbers
-
-
-class RepeatedErrorBreaker:
-    """Counts trials in a row that failed (status ``error``) with one error type and message.
-
-    ``see`` every recorded trial in order: an error with another type or message starts a
-    new count, any other measured outcome (ok, oom, timeout) resets it; infrastructure
-    errors and unrun trials leave it as it is. ``tripped`` once ``limit`` in a row agree.
-    """
-
-    def __init__(self, limit: int = SAME_ERROR_IN_A_ROW) -> None:
-        self.limit = limit
-        self.count = 0
-        self.error: tuple[str, str] | None = None
-
-    def see(self, record: TrialRecord) -> None:
-        if record.status == "error":
-            key = (record.error_type or "", record.error_message or "")
-            self.count = self.count + 1 if key == self.error else 1
-            self.error = key
-        elif record.measured:
-            self.count, self.error = 0, None
-
-    @property
-    def tripped(self) -> bool:
-        return self.count >= self.limit
-
-    @property
-    def reason(self) -> str:
-        error_type, message = self.error or ("", "")
-        return (
-            f"{self.count} trials in a row failed with the same error; fix its cause and "
-            f"submit the job again: {error_type}: {message}"
-        )[:2000]
 
 
 def database_unavailable(exc: BaseException) -> bool:

@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from autotuner.errors import AutotunerError
-from autotuner.executor import Resources
-from autotuner.knobs import R
+from autotuner.executor import GpuCapacity, Resources
+from autotuner.knobs import KNOBS, R, SpaceContext
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
+from trials.metrics import THROUGHPUT
 from trials.types import TrialResult, TrialSpec
 
 FORMAT = "autotuner-landscape"
@@ -100,6 +101,7 @@ class Landscape:
     def from_dict(cls, data: dict[str, Any]) -> Landscape:
         if data.get("format") != FORMAT:
             raise LandscapeError(f"not a landscape (format {data.get('format')!r}, want {FORMAT!r})")
+        data = _later_knobs_at_baseline(data)
         return cls(
             spec=JobSpec.model_validate(data["spec"]),
             arch=ModelArch(**data["arch"]),
@@ -145,9 +147,29 @@ class Landscape:
         return out
 
 
+def _later_knobs_at_baseline(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every knob added to the table after the recording (in no point's
+    config, absent from its search) at verl's default where it reaches a point's config:
+    the recorded trials ran with it, so the point's config names it at its baseline and
+    the job's search drops it."""
+    spec = data["spec"]
+    search = dict(spec.get("search") or {})
+    recorded = {path for p in data["points"] for path in p["config"]}
+    later = {path: k.baseline for path, k in KNOBS.items() if path not in recorded and path not in search}
+    job = JobSpec.model_validate(spec)
+    ctx = SpaceContext(job.workload, job.cluster, ModelArch(**data["arch"]), data["device"])
+    points, added = [], set()
+    for point in data["points"]:
+        extra = {path: v for path, v in later.items() if KNOBS[path].relevant(ctx, point["config"])}
+        added |= set(extra)
+        points.append({**point, "config": point["config"] | extra})
+    search |= {path: {"drop": True} for path in added}
+    return {**data, "spec": {**spec, "search": search}, "points": points}
+
+
 def throughput(result: TrialResult) -> float | None:
     """The step throughput of an ``ok`` run, else None."""
-    value = result.metrics.get("throughput_tokens_per_s_per_gpu") if result.ok else None
+    value = result.metrics.get(THROUGHPUT) if result.ok else None
     return None if value is None else float(value)
 
 
@@ -177,6 +199,10 @@ class ReplayExecutor:
     @property
     def cost_s(self) -> float:
         return sum(cost for *_, cost in self.history)
+
+    def gpu_capacity(self) -> GpuCapacity | None:
+        """None: a replay reserves nothing; every trial is answered at once."""
+        return None
 
     def submit(self, spec: TrialSpec, resources: Resources, timeout_s: float) -> None:
         key = self.landscape.key_of(spec)

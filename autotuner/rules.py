@@ -1,10 +1,10 @@
 """verl's (and the engines') rules that reject a config, checked before anything runs.
 
-Rule ids follow ../shared/reference/verl-knobs.md section 3 (S* at start-up, R* at worker
-init); ``V*`` are vLLM's own start-up checks, ``G*`` SGLang's. A knob verl does not pass
-to the job's engine (``Knob.engines``) is never in its configs. ``violations`` looks at a
-flat config keyed by verl Hydra paths, as the search space proposes and the exporter
-writes it.
+Rule ids are those of docs/verl-rules.md section 3, which names the file of verl v0.9.0's
+source each comes from (S* at start-up, R* at worker init); ``V*`` are vLLM's own start-up
+checks, ``G*`` SGLang's. A knob verl does not pass to the job's engine (``Knob.engines``) is
+never in its configs. ``violations`` looks at a flat config keyed by verl Hydra paths, as the
+search space proposes and the exporter writes it.
 """
 
 from __future__ import annotations

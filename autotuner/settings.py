@@ -115,13 +115,15 @@ class Settings(BaseSettings):
     @classmethod
     def _known_engines(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
         from trials.rollout import BACKENDS  # names only: no engine is imported
+        from trials.verl import VERL
 
         variable = f"AUTOTUNER_{(info.field_name or '').upper()}"
+        known = {*BACKENDS, VERL}  # the engines, and verl's own environment (trials.verl)
         for engine, path in value.items():
-            if engine not in BACKENDS:
+            if engine not in known:
                 raise ValueError(
                     f"{variable}__{engine.upper()}: unknown engine {engine!r}; engines: "
-                    + ", ".join(sorted(BACKENDS))
+                    + ", ".join(sorted(known))
                 )
             if not path.strip():
                 raise ValueError(f"{variable}__{engine.upper()} is empty; give a path or unset it")
@@ -171,6 +173,17 @@ class Settings(BaseSettings):
     def python_for(self, engine: str) -> str | None:
         """The Python that runs trials of ``engine`` (None: the tuner's own)."""
         return self.engine_python.get(engine) or self.trial_python
+
+    def verl_python(self) -> str | None:
+        """The Python of verl's environment (``trials.verl``): ``AUTOTUNER_ENGINE_PYTHON__VERL``,
+        else the one ``scripts/setup.sh`` makes (``.venv-verl`` beside this package) when it
+        exists, else None (verl is then looked for with ``trial_python``'s environment)."""
+        from trials.verl import VERL
+
+        if VERL in self.engine_python:
+            return self.engine_python[VERL]
+        made = Path(__file__).resolve().parent.parent / ".venv-verl" / "bin" / "python"
+        return str(made) if made.exists() else self.trial_python
 
     def trial_env_for(self, engine: str) -> dict[str, str]:
         """``trial_env`` plus, where one is set, the engine's own ``PYTHONPATH``."""

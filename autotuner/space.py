@@ -62,7 +62,8 @@ class SearchSpace:
             if override is not None and override.fixed is not None:
                 space.fixed[path] = space._coerce(knob, override.fixed, "fixed")
                 continue
-            if (override is not None and override.drop) or not measured[knob.phase]:
+            opted_out = override.drop if override is not None else not knob.searched_by_default
+            if opted_out or not measured[knob.phase]:
                 space.fixed[path] = space._baseline(knob)
                 continue
             values = space._candidates(knob, ctx, override)

@@ -307,6 +307,13 @@ class Workload(_Model):
     use_kl_loss: bool = Field(
         default=True, description="actor.use_kl_loss: whether the reference model's forward runs."
     )
+    entropy_coeff: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=1.0,
+        description="actor.entropy_coeff: weight of the entropy bonus; above 0 the update "
+        "computes the logits' entropy with gradients (verl's default 0 computes none).",
+    )
     phases: Literal["rollout", "train", "both"] = Field(
         default="both", description="Which phases each trial measures."
     )
@@ -516,7 +523,7 @@ ObjectiveMetric = Literal[
     "rollout_generated_tokens_per_s",
     "step_time_s",
 ]
-OBJECTIVE_DIRECTIONS: dict[str, str] = {
+OBJECTIVE_DIRECTIONS: dict[str, Literal["maximize", "minimize"]] = {
     "throughput_tokens_per_s_per_gpu": "maximize",
     "peak_memory_gib": "minimize",
     "rollout_generated_tokens_per_s": "maximize",
@@ -531,7 +538,7 @@ class Objective(_Model):
     )
 
     @property
-    def resolved_direction(self) -> str:
+    def resolved_direction(self) -> Literal["maximize", "minimize"]:
         return self.direction or OBJECTIVE_DIRECTIONS[self.metric]
 
 

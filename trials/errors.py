@@ -52,3 +52,15 @@ class EngineDied(TrialError):
     """Raised in the trial's main thread when one of the rollout engine's processes dies
     while the engine should be running (killed, crashed); the message names the process
     and its exit code or signal (see ``trials.rollout.watch``)."""
+
+
+class TrialEnvironmentError(TrialError):
+    """Raised when the trial's environment lacks what the config asks verl to run (e.g.
+    flash-attention for verl's actor on a GPU): a fault of the host, not of the config;
+    the message names the fix."""
+
+
+class WeightSyncFailed(TrialError):
+    """Raised when the engine did not load a bucket of the actor's weights (a vLLM worker
+    that handed over fewer tensors than the bucket held, SGLang answering failure); the
+    message says what the engine answered."""

@@ -358,3 +358,14 @@ def _cgroup_oom_kills() -> int:
     except (OSError, StopIteration, ValueError):
         pass
     return 0
+
+
+def log_tail(path: Path) -> str:
+    """The last ``LOG_TAIL_CHARS`` characters of the log at ``path`` ("" if unreadable)."""
+    return _tail(path)
+
+
+def kill_session(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """Kill every process in the session ``proc`` leads (started with ``start_new_session``):
+    SIGTERM, SIGKILL after ``grace_s``; reaps ``proc``. For other launchers (``trials.verl``)."""
+    _kill_session(proc, grace_s)

@@ -50,6 +50,7 @@ from pathlib import Path
 
 from trials import failures
 from trials.errors import InvalidTrialSpec, TrialError
+from trials.metrics import THROUGHPUT
 from trials.phases import phase_of
 from trials.step import step_metrics
 from trials.types import TrialResult, TrialSpec
@@ -385,10 +386,10 @@ def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] 
     first = results[0]
     merged = TrialResult(spec.trial_id, "ok", device=first.device, hostname=first.hostname)
     metrics, timings = merged.metrics, merged.phase_timings_s
-    for res in results:
-        for key, value in res.phase_timings_s.items():
+    for one in results:
+        for key, value in one.phase_timings_s.items():
             timings[key] = max(value, timings.get(key, value))
-        for key, value in res.metrics.items():
+        for key, value in one.metrics.items():
             if key in SUMMED:
                 metrics[key] = metrics.get(key, 0.0) + value
             elif key in SMALLEST:
@@ -410,7 +411,7 @@ def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] 
     metrics["trial_ranks"] = float(spec.trial_gpus)
     metrics["trial_replicas"] = float(spec.trial_gpus // spec.rollout.tensor_model_parallel_size)
     metrics["actor_real_collectives"] = float(real_world(spec))
-    for key in ("step_time_s", "step_tokens", "throughput_tokens_per_s_per_gpu"):
+    for key in ("step_time_s", "step_tokens", THROUGHPUT):
         metrics.pop(key, None)  # a rank's own: one rank's share, not the trial's
     failed = {r: res for r, res in enumerate(results) if res.status != "ok"}
     if not failed and abort is None:

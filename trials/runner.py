@@ -13,7 +13,10 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    ``gpu_memory_utilization``, beside the resident actor, so a value that does not fit
    beside it is refused as in verl (by vLLM on a GPU; by ``colocation`` on a capped
    device). ``engine_startup_s`` is a cost of the trial, not of a step.
-2. ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
+2. ``weight_sync``: the actor's weights into the engine, bucket by bucket, as verl's
+   checkpoint engine moves them before every rollout (``rollout.weight_sync``); an engine
+   that sleeps between steps gets them as in verl, its KV cache released meanwhile.
+   ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
 3. ``engine_sleep`` (with ``train`` and ``free_cache_engine``): the engine releases its
    memory (``sleep``); an engine that cannot sleep (vLLM on CPU) is shut down instead.
    Without ``free_cache_engine`` the engine stays resident through training and the
@@ -53,11 +56,12 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from enum import Enum
 from typing import Any
 
 from trials import failures
 from trials.colocation import check_engine_fits, emulated_capacity_gib
-from trials.device import compute_dtype, describe_device, dtype_bits, hostname
+from trials.device import compute_dtype, describe_device, dtype_bits, hostname, software
 from trials.errors import InvalidTrialSpec
 from trials.logcapture import StderrTail
 from trials.memory import (
@@ -67,14 +71,25 @@ from trials.memory import (
     process_tree_rss_bytes,
 )
 from trials.memory_cap import device_memory_cap
+from trials.metrics import PEAK_MEMORY
 from trials.phases import in_phase, listening, phase_of
 from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
 from trials.rollout.phase import check_rollout_spec, measure_rollout
-from trials.step import step_metrics
+from trials.step import ROLLOUT_COMPONENTS, step_metrics
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
+
+
+class EngineState(str, Enum):
+    """Where a trial's rollout engine is while the actor trains (``free_engine``); a str, as
+    a replica leader posts it to its ranks."""
+
+    ASLEEP = "asleep"  # slept (free_cache_engine): its weights kept, its KV cache freed
+    RESIDENT = "resident"  # kept its memory through training (free_cache_engine off)
+    GONE = "gone"  # shut down (no sleep mode), or none here
+
 
 KNOWN_PHASES = ("rollout", "train")
 # What a trial reusing another's rollout takes over from it: the engine's metrics (a
@@ -87,6 +102,7 @@ ADOPTED = (
     "engine_asleep_gib",
     "wake_peak_memory_gib",
     "actor_wake_reload_s",
+    "weight_sync_",
 )
 LOG_TAIL_CHARS = 12_000
 
@@ -113,6 +129,7 @@ def run_trial(
     with StderrTail() as tail, listening(entered):
         try:
             result.device = describe_device(spec.device)
+            result.software = software(spec.device, spec.rollout.engine)
             _Trial(spec, result, start, group).run()
             result.phase = None
             result.metrics.update(step_metrics(spec, result.metrics, result.phase_timings_s))
@@ -198,13 +215,14 @@ class _Trial:
     def run_steps(self) -> None:
         self.startup()
         if self.rollout:
+            self.sync_weights()
             self.generate()
             self.meet("rollout_done")
-        engine = "none"
+        engine = EngineState.GONE  # none started (a train-only trial)
         if self.rollout and self.train:
             engine = self.free_engine()
         if self.train:
-            self.train_phase(engine_resident=engine == "resident")
+            self.train_phase(engine_resident=engine is EngineState.RESIDENT)
             self.meet("trained")
         if self.rollout and self.train:
             self.hand_over(engine)
@@ -308,7 +326,43 @@ class _Trial:
             return max(r.used_gib for r in readings)
         return float(self.metrics.get("actor_resident_gib", 0.0))
 
-    # 2. rollout
+    # 2. weight_sync, rollout
+    def sync_weights(self) -> None:
+        """The actor's weights into the engine (``rollout.weight_sync``). Every rank with an
+        actor takes part (its gathers are collectives), only a replica's leader sends. An
+        engine that sleeps between steps receives them as in verl's ``update_weights``:
+        weights woken, KV cache released (the step's ``engine_wake`` is the hand-over's)."""
+        if self.reuse or not (self.engine_here or self.actor is not None):
+            return
+        import torch
+
+        from trials.rollout.weight_sync import actor_weights, model_weights, sync_weights
+
+        spec, backend = self.spec, self.backend
+        device = self.actor.device if self.actor is not None else torch.device(spec.device)
+        if self.actor is not None:
+            weights = actor_weights(self.actor.model, device)
+        else:
+            weights = model_weights(spec.model_config, device)
+        with self.sampled("weight_sync"), in_phase("weight_sync"), self.kv_cache_released():
+            synced = sync_weights(weights, backend, spec.rollout.update_weights_bucket_megabytes, device)
+        self.timings["weight_sync"] = synced.seconds
+        self.metrics.update(synced.metrics())
+        self.mark("weights_synced")
+
+    @contextmanager
+    def kv_cache_released(self) -> Iterator[None]:
+        """An engine that sleeps between steps: weights awake, KV cache released, as verl's
+        ``update_weights`` finds it (none of it timed)."""
+        backend = self.backend
+        if backend is None or not (backend.can_sleep and self.spec.rollout.free_cache_engine):
+            yield
+            return
+        backend.sleep()
+        backend.wake_up(["weights"])
+        yield
+        backend.wake_up(["kv_cache"])
+
     def generate(self) -> None:
         backend = self.backend
         if backend is None:
@@ -318,23 +372,23 @@ class _Trial:
         self.timings["rollout"] = self.metrics["rollout_makespan_s"]
 
     # 3. engine_sleep
-    def free_engine(self) -> str:
-        """Release the engine's memory for training (free_cache_engine); where it is now:
-        ``asleep``, ``resident`` (kept through training) or ``gone`` (shut down). A rank
-        without an engine hears its replica leader's answer."""
-        state = self.release_engine() if self.engine_here else ""
+    def free_engine(self) -> EngineState:
+        """Release the engine's memory for training (free_cache_engine); where it is now. A
+        rank without an engine hears its replica leader's answer."""
+        state = self.release_engine() if self.engine_here else None
         if self.group is None:
-            return state or "gone"  # a reused rollout: no engine here (its hand-over adopted)
-        if self.engine_here:
-            self.group.post("engine", state)
+            # None: a reused rollout, no engine here (its hand-over adopted).
+            return state or EngineState.GONE
+        if state is not None:
+            self.group.post("engine", state.value)
         self.meet("engines_released")
-        return self.group.read("engine", leader_of=self.group.rank)
+        return EngineState(self.group.read("engine", leader_of=self.group.rank))
 
-    def release_engine(self) -> str:
+    def release_engine(self) -> EngineState:
         if self.backend is None:
-            return "gone"
+            return EngineState.GONE
         if not self.spec.rollout.free_cache_engine:
-            return "resident"
+            return EngineState.RESIDENT
         if self.backend.can_sleep:
             with in_phase("engine_sleep"):
                 self.timings["engine_sleep"] = self.backend.sleep()
@@ -343,11 +397,11 @@ class _Trial:
                 kept = self.device_used_gib() - self.before_engine_gib
                 self.metrics["engine_asleep_gib"] = max(0.0, kept)
             self.mark("engine_released")
-            return "asleep"
+            return EngineState.ASLEEP
         self.shutdown_engine()  # no sleep mode (vLLM on CPU): its memory goes with it
         self.metrics["engine_asleep_gib"] = 0.0
         self.mark("engine_released")
-        return "gone"
+        return EngineState.GONE
 
     def adopt_rollout(self) -> None:
         """Take over the rollout side another trial measured (``reused_rollout``)."""
@@ -357,7 +411,7 @@ class _Trial:
             {k: float(v) for k, v in donor.items() if k.startswith(ADOPTED) and not k.endswith("_at_s")}
         )
         self.metrics["rollout_reused_from_trial"] = float(reuse.get("trial", -1))
-        for part in ("engine_wake", "rollout", "engine_sleep"):
+        for part in ROLLOUT_COMPONENTS:
             if part in reuse.get("timings", {}):
                 self.timings[part] = float(reuse["timings"][part])
         wake_reload = float(donor.get("actor_wake_reload_s", 0.0))
@@ -400,7 +454,7 @@ class _Trial:
         return cap
 
     # 5. engine_wake
-    def hand_over(self, engine: str) -> None:
+    def hand_over(self, engine: EngineState) -> None:
         """The next step's ``rollout_mode``: weights in, engine awake, weights out.
 
         ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
@@ -409,8 +463,8 @@ class _Trial:
         from trials.actor_state import release
 
         backend, actor = self.backend, self.actor
-        asleep = engine == "asleep"
-        if engine == "gone" or actor is None or not (asleep or actor.param_offload):
+        asleep = engine is EngineState.ASLEEP
+        if engine is EngineState.GONE or actor is None or not (asleep or actor.param_offload):
             return
         wake_s = reload_s = 0.0
         with self.sampled("wake"), in_phase("engine_wake"):
@@ -466,4 +520,4 @@ class _Trial:
             key = f"{name}_peak_memory_gib"  # a phase sampled in parts keeps its highest
             self.metrics[key] = max(sampler.peak_gib, self.metrics.get(key, 0.0))
             self.peaks.append(sampler.peak_gib)
-            self.metrics["peak_memory_gib"] = max(self.peaks)
+            self.metrics[PEAK_MEMORY] = max(self.peaks)

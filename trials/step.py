@@ -9,6 +9,8 @@ measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
 
 - ``engine_wake`` / ``engine_sleep``: the engine's hand-over (``free_cache_engine``, on an
   engine with a sleep mode); engine start-up happens once and is not part of a step;
+- ``weight_sync``: the actor's weights moved into the engine before the rollout, in
+  ``update_weights_bucket_megabytes`` buckets (``trials.rollout.weight_sync``);
 - ``rollout``: ``M``, the makespan of one replica;
 - ``old_log_prob``, ``ref_log_prob``, ``update_actor``: ``T_x``, the estimated seconds of
   sub-phase ``x`` for one rank's whole share;
@@ -22,16 +24,17 @@ prompt + generated tokens ``* rollout_replicas / (trial_gpus / TP)`` (a trial me
 count only when the rollout ran, the train-side parts only when the train phase did.
 
 ``throughput_tokens_per_s_per_gpu = step_tokens / step_time_s / n_gpus``, which is
-verl's ``perf/throughput``. Weight sync between trainer and engine, data loading and
-the reward are not measured, so this is an upper bound on what verl reports.
+verl's ``perf/throughput``. Data loading and the reward are not measured, so this is an
+upper bound on what verl reports.
 """
 
 from __future__ import annotations
 
+from trials.metrics import THROUGHPUT
 from trials.types import TrialSpec
 
 TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
-ROLLOUT_COMPONENTS = ("engine_wake", "rollout", "engine_sleep")
+ROLLOUT_COMPONENTS = ("engine_wake", "weight_sync", "rollout", "engine_sleep")
 TRAIN_COMPONENTS = (*TRAIN_SUB_PHASES, "actor_reload")
 STEP_COMPONENTS = (*ROLLOUT_COMPONENTS, *TRAIN_COMPONENTS)
 
@@ -69,5 +72,5 @@ def step_metrics(spec: TrialSpec, metrics: dict[str, float], timings: dict[str, 
     return {
         "step_time_s": step_time,
         "step_tokens": tokens,
-        "throughput_tokens_per_s_per_gpu": tokens / step_time / spec.n_gpus,
+        THROUGHPUT: tokens / step_time / spec.n_gpus,
     }

@@ -1,23 +1,23 @@
 """The train phase: verl's three actor sub-phases, measured on real fwd/bwd steps.
 
-Order and batching follow verl: ``old_log_prob`` (forward only, micro-batches of
-``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same on the reference model at
-``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``), ``update_actor``
-(forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``, gradients
-accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts micro-batches
-by token budget instead (see ``batching``).
+Order and batching follow verl: ``old_log_prob`` (forward only, with every row's entropy,
+micro-batches of ``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same on the
+reference model at ``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``),
+``update_actor`` (forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``,
+gradients accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts
+micro-batches by token budget instead (see ``batching``). Each micro-batch is laid out as
+verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows).
 
 The actor, its AdamW state and the reference model are an ``ActorState``
 (``trials.actor_state``), built before the rollout engine starts and passed in; without
 one, ``run_train`` builds its own (in its own process group). Each sub-phase runs its
-largest micro-batch once, untimed, so a configuration that does not fit fails there.
-Then at most ``max_timed_micro_batches`` micro-batches, spread evenly over the plan, are
-timed. A sub-phase's time for the rank's whole batch is estimated as ``real tokens /
-measured rate`` (padding excluded), plus, for the update, one timed optimizer step per
-mini-batch; ``<sub-phase>_tokens_per_s`` is the batch's tokens over that time. The
-offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
-timed apart, into ``actor_reload``; the plain reference model's moves count in
-``ref_log_prob`` (with FSDP they happen inside its forward, as in verl).
+largest micro-batch once, untimed (a warm-up, and a configuration that does not fit fails
+there), then every micro-batch of its plan, timed as one pass: a sub-phase's time is what
+the rank's whole share took, the update's optimizer steps included (``optimizer_step_s``
+is their mean). ``<sub-phase>_tokens_per_s`` is the batch's real tokens over that time.
+The offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
+timed apart, into ``actor_reload``; the reference model's moves (its own
+``param_offload``) count in ``ref_log_prob``, as they happen inside verl's ref forward.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import torch
 
 from trials import actor
 from trials.actor_state import ADAMW_LR, ActorState, build_actor_state, release
-from trials.batching import MicroBatch, evenly_spaced, log_prob_plan, update_plan
+from trials.batching import MicroBatch, log_prob_plan, update_plan
 from trials.device import dtype_bits
 from trials.distributed import actor_world
 from trials.errors import InvalidTrialSpec, TrialError
@@ -56,7 +56,8 @@ class _Setup:
     lengths: list[int]
 
     def tensors(self, mb: MicroBatch) -> actor.MicroBatchTensors:
-        return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device)
+        layout = actor.layout_of(self.spec.train.use_remove_padding)
+        return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device, layout)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -75,8 +76,6 @@ def check_train_spec(spec: TrialSpec) -> None:
     if spec.n_gpus < 1:
         raise InvalidTrialSpec(f"n_gpus must be >= 1, got {spec.n_gpus}")
     train_plans(spec)  # a knob verl would reject fails here, before any engine starts
-    if spec.max_timed_micro_batches < 1:
-        raise InvalidTrialSpec(f"max_timed_micro_batches must be >= 1, got {spec.max_timed_micro_batches}")
 
 
 def train_plans(
@@ -224,13 +223,13 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     with in_phase("old_log_prob"):
         state.model.eval()
         state.load_params()
-        _forward(setup, state.model, _largest(setup, plans["old_log_prob"]))
+        _forward(setup, state.model, _largest(setup, plans["old_log_prob"]), _entropy(spec))
         _reshard(state.model)
         state.offload_params()
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             state.load_ref()
-            _forward(setup, state.ref, _largest(setup, plans["ref_log_prob"]))
+            _forward(setup, state.ref, _largest(setup, plans["ref_log_prob"]), None)
             _reshard(state.ref)
             state.offload_ref()
     with in_phase("update_actor"):
@@ -245,6 +244,12 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     seconds = time.perf_counter() - t0
     release(state.device)
     return seconds
+
+
+def _entropy(spec: TrialSpec) -> bool:
+    """The old-log-prob forward computes every row's entropy (verl's
+    ``calculate_entropy=True`` there); chunked with ``entropy_from_logits_with_chunking``."""
+    return spec.train.entropy_from_logits_with_chunking
 
 
 def _reshard(model: torch.nn.Module) -> None:
@@ -291,24 +296,42 @@ def run_train(
     with in_phase("old_log_prob"):
         state.model.eval()
         reload_s += state.load_params()
-        seconds = _forward_phase(setup, state.model, plans["old_log_prob"])
+        _reset_allocated_peak(setup)
+        seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec))
+        _record_allocated_peak("old_log_prob", setup, metrics)
         reload_s += state.offload_params()
         _record("old_log_prob", seconds, metrics, timings)
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             moves_s = state.load_ref()
+            _reset_allocated_peak(setup)
             seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
+            _record_allocated_peak("ref_log_prob", setup, metrics)
             moves_s += state.offload_ref()
             _record("ref_log_prob", seconds + moves_s, metrics, timings)
     with in_phase("update_actor"):
         state.model.train()
         reload_s += state.load_params() + state.load_optimizer()
+        _reset_allocated_peak(setup)
         seconds, step_s = _update_phase(setup, state.model, state.optimizer, plans["update_actor"])
+        _record_allocated_peak("update_actor", setup, metrics)
         reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
         _record("update_actor", seconds, metrics, timings)
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
+
+
+def _reset_allocated_peak(setup: _Setup) -> None:
+    if setup.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(setup.device)
+
+
+def _record_allocated_peak(name: str, setup: _Setup, metrics: dict[str, float]) -> None:
+    """``<sub-phase>_max_allocated_gib``: the most this process's tensors held during the
+    sub-phase (CUDA; the allocator's cache excluded, unlike the sampled device peak)."""
+    if setup.device.type == "cuda":
+        metrics[f"{name}_max_allocated_gib"] = torch.cuda.max_memory_allocated(setup.device) / (1 << 30)
 
 
 def _record(name: str, seconds: float, metrics: dict[str, float], timings: dict[str, float]) -> None:
@@ -326,31 +349,35 @@ def _timed(setup: _Setup, fn: Callable[[], object]) -> float:
 
 
 def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
-    def padded(mb: MicroBatch) -> int:
+    """The micro-batch that computes the most positions in the config's layout (packed:
+    real tokens; padded: rows x the longest row)."""
+
+    def positions(mb: MicroBatch) -> int:
+        if setup.spec.train.use_remove_padding:
+            return sum(setup.lengths[i] for i in mb.indices)
         return len(mb.indices) * max(setup.lengths[i] for i in mb.indices)
 
-    return max(plan, key=padded)
+    return max(plan, key=positions)
 
 
-def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch) -> None:
+def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch, entropy: bool | None) -> None:
     with torch.no_grad():
-        actor.response_log_probs(model, setup.tensors(mb), setup.autocast)
+        actor.response_log_probs(model, setup.tensors(mb), setup.autocast, entropy)
 
 
-def _forward_phase(setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch]) -> float:
-    forward = functools.partial(_forward, setup, model)
+def _forward_phase(
+    setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch], entropy: bool | None = None
+) -> float:
+    """Seconds of one forward pass over the whole plan (after the largest once, untimed).
+    ``entropy``: the old-log-prob forward's entropy (see ``actor.response_log_probs``)."""
+    forward = functools.partial(_forward, setup, model, entropy=entropy)
     forward(_largest(setup, plan))
-    rate = _measure_rate(setup, plan, forward)
-    return sum(setup.lengths) / rate
 
+    def every() -> None:
+        for mb in plan:
+            forward(mb)
 
-def _measure_rate(setup: _Setup, plan: list[MicroBatch], step: Callable[[MicroBatch], None]) -> float:
-    """Real tokens per second over the evenly spaced timed micro-batches."""
-    tokens, seconds = 0, 0.0
-    for k in evenly_spaced(len(plan), setup.spec.max_timed_micro_batches):
-        seconds += _timed(setup, functools.partial(step, plan[k]))
-        tokens += sum(setup.lengths[i] for i in plan[k].indices)
-    return tokens / seconds
+    return _timed(setup, every)
 
 
 def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroBatch], None]:
@@ -358,12 +385,22 @@ def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroB
     mini_batch_size = setup.spec.local_mini_batch_size
     generator = torch.Generator().manual_seed(setup.spec.seed + 2)
 
+    t = setup.spec.train
+
     def forward_backward(mb: MicroBatch) -> None:
         tensors = setup.tensors(mb)
         advantages = torch.randn(tensors.labels.shape, generator=generator).to(setup.device)
-        log_probs = actor.response_log_probs(model, tensors, setup.autocast)
-        loss = actor.policy_loss(log_probs, tensors, advantages) * (len(mb.indices) / mini_batch_size)
-        loss.backward()
+        if t.entropy_coeff:
+            log_probs, entropy = actor.log_probs_and_entropy(
+                model, tensors, setup.autocast, t.entropy_from_logits_with_chunking, t.entropy_checkpointing
+            )
+            loss = actor.policy_loss(log_probs, tensors, advantages)
+            mask = tensors.response_mask
+            loss = loss - t.entropy_coeff * (entropy * mask).sum() / mask.sum().clamp(min=1.0)
+        else:
+            log_probs = actor.response_log_probs(model, tensors, setup.autocast)
+            loss = actor.policy_loss(log_probs, tensors, advantages)
+        (loss * (len(mb.indices) / mini_batch_size)).backward()
 
     return forward_backward
 
@@ -379,12 +416,17 @@ def _update_phase(
     optimizer: torch.optim.Optimizer,
     plan: list[MicroBatch],
 ) -> tuple[float, float]:
-    """(estimated seconds for the batch, one optimizer step's seconds)."""
+    """(seconds of the whole plan with its optimizer steps, an optimizer step's mean seconds)."""
     forward_backward = _forward_backward(setup, model)
-    optimizer_step = functools.partial(_optimizer_step, optimizer)
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
-    optimizer_step()
-    rate = _measure_rate(setup, plan, forward_backward)
-    step_s = _timed(setup, optimizer_step)
-    steps = sum(1 for mb in plan if mb.ends_mini_batch)
-    return sum(setup.lengths) / rate + steps * step_s, step_s
+    _optimizer_step(optimizer)
+    step_seconds: list[float] = []
+
+    def every() -> None:
+        for mb in plan:
+            forward_backward(mb)
+            if mb.ends_mini_batch:
+                step_seconds.append(_timed(setup, functools.partial(_optimizer_step, optimizer)))
+
+    seconds = _timed(setup, every)
+    return seconds, sum(step_seconds) / max(len(step_seconds), 1)

@@ -15,13 +15,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-TrialStatus = Literal["ok", "oom", "error", "timeout"]
-TRIAL_STATUSES: tuple[str, ...] = ("ok", "oom", "error", "timeout")
+WorkerStatus = Literal["ok", "oom", "error", "timeout"]
 # Where a failure can happen, in the order a co-located step runs them (see trials.runner):
 # ``startup`` builds the actor and starts the engine, ``engine_sleep`` frees the engine's
-# memory after generation, ``engine_wake`` takes it back for the next step.
+# memory after generation, ``engine_wake`` takes it back for the next step, ``weight_sync``
+# moves the actor's weights into the engine before the rollout.
 PHASES: tuple[str, ...] = (
     "startup",
+    "weight_sync",
     "rollout",
     "engine_sleep",
     "old_log_prob",
@@ -44,6 +45,8 @@ class RolloutKnobs:
     max_model_len: int = 1024
     cudagraph_capture_sizes: list[int] | None = None
     free_cache_engine: bool = True
+    # checkpoint_engine.update_weights_bucket_megabytes: the weight sync's bucket (verl: 2048).
+    update_weights_bucket_megabytes: int = 2048
     # Raw engine arguments merged last (verl's rollout.engine_kwargs.<engine>).
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -62,6 +65,18 @@ class TrainKnobs:
     ppo_max_token_len_per_gpu: int = 16384
     log_prob_max_token_len_per_gpu: int = 16384
     use_ref: bool = True
+    # verl's default layout: each micro-batch's sequences packed into one row (varlen
+    # attention); False: one right-padded row per sequence (``trials.actor``).
+    use_remove_padding: bool = True
+    # The reference model's own offload (actor_rollout_ref.ref.fsdp_config.param_offload):
+    # on the CPU outside its forward, moved in and out around it.
+    ref_param_offload: bool = False
+    # The old-log-prob forward's entropy computed in chunks of rows (less memory).
+    entropy_from_logits_with_chunking: bool = False
+    # The update's entropy term (workload's actor.entropy_coeff; 0: verl computes none) and
+    # whether its computation is recomputed in the backward (entropy_checkpointing).
+    entropy_coeff: float = 0.0
+    entropy_checkpointing: bool = False
 
 
 @dataclass
@@ -116,9 +131,6 @@ class TrialSpec:
     # Cap on the memory one device may use (GiB). On CPU it is enforced as a real
     # allocation limit on the trial process; None means the device's own capacity.
     device_memory_cap_gib: float | None = None
-    # At most this many micro-batches are timed per train sub-phase (after a warm-up);
-    # the step time for the whole local batch is derived from the measured token rate.
-    max_timed_micro_batches: int = 4
     warmup_requests: int = 4
     seed: int = 0
     # The actor as verl's FSDP2 worker holds it (sharded over n_gpus ranks, fp32 master
@@ -169,7 +181,7 @@ class TrialResult:
     """
 
     trial_id: str
-    status: TrialStatus
+    status: WorkerStatus
     phase: str | None = None
     error_type: str | None = None
     error_message: str | None = None
@@ -187,6 +199,9 @@ class TrialResult:
     # as Ray or the caller set it; None: not set).
     started_at: float = 0.0
     visible_gpus: str | None = None
+    # What measured it: package versions (torch, transformers, the engine, flash-attn),
+    # the actor's attention kernel, CUDA, the driver and the GPU's name; set by the runner.
+    software: dict[str, str] = field(default_factory=dict)
     # Set by the control plane's Ray executor: the Ray node that ran the trial ("": not on
     # Ray). Several nodes of one cluster may share a host name.
     node: str = ""

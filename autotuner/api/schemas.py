@@ -13,28 +13,13 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autotuner.records import TrialRecord
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT, Runs, runs_of
+from autotuner.summary import Runs, runs_of
 from storage import JobRecord, JobStatus
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 T = TypeVar("T")
-
-TrialStatus = Literal[
-    "ok",
-    "oom",
-    "error",
-    "timeout",
-    "invalid",
-    "duplicate",
-    "interrupted",
-    "running",
-    "queued",
-    "infra_error",
-    "cancelled",
-    "predicted_oom",
-    "inferred_oom",
-]
 
 
 class JobCreate(JobSpec):
@@ -89,7 +74,7 @@ class BestTrialPublic(BaseModel):
         return cls(
             number=best.number,
             throughput_tokens_per_s_per_gpu=runs.median if many and runs else best.metric(THROUGHPUT),
-            peak_memory_gib=best.metric("peak_memory_gib"),
+            peak_memory_gib=best.metric(PEAK_MEMORY),
             device=best.device,
             runs=RunsPublic.of(runs),
         )
@@ -152,10 +137,10 @@ class JobPublic(BaseModel):
 
 class TrialPublic(BaseModel):
     number: int
-    status: str = Field(
+    status: TrialStatus = Field(
         description="ok, oom, error, timeout (measured); invalid, duplicate, "
-        "predicted_oom, inferred_oom (never run); infra_error, cancelled, interrupted or "
-        "running."
+        "predicted_oom, inferred_oom (never run); infra_error, cancelled, interrupted, "
+        "running or queued."
     )
     feasible: bool = Field(description="Measured successfully (status ok).")
     measured: bool = Field(description="Ran on hardware to an outcome; counts against the budget.")
@@ -176,6 +161,12 @@ class TrialPublic(BaseModel):
         default="",
         description="The Ray node that ran it, on a cluster whose "
         'nodes may share a host name ("": not recorded).',
+    )
+    software: dict[str, str] = Field(
+        default_factory=dict,
+        description="What measured it: package versions (torch, transformers, the engine, "
+        "flash-attn, verl), the actor's attention kernel, CUDA, the driver and the GPU "
+        "({}: not recorded).",
     )
     timing_lines: list[str] = Field(
         default_factory=list,
@@ -236,6 +227,7 @@ class TrialPublic(BaseModel):
             device=r.device,
             hostname=r.hostname,
             node=r.node,
+            software=r.software,
             timing_lines=r.timing_lines,
             values=r.values,
             baseline=r.baseline,

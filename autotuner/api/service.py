@@ -17,7 +17,7 @@ from autotuner.api.errors import ConflictError, NotFoundError
 from autotuner.api.submission import parse_body, validate_job
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext
-from autotuner.records import TrialRecord, record_of
+from autotuner.records import MEMORY_CAP, TrialRecord, record_of
 from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
 from storage import JobRecord
@@ -26,11 +26,13 @@ from trials.launcher import remove_scratch
 
 @dataclass(frozen=True)
 class JobView:
-    """A job with its spec and its trials so far."""
+    """A job with its spec, its trials so far and the per-device memory cap they ran under
+    (the spec's, else what its runner recorded; None before it ran)."""
 
     job: JobRecord
     spec: JobSpec
     records: list[TrialRecord]
+    memory_cap_gib: float | None = None
 
     @property
     def best(self) -> TrialRecord | None:
@@ -179,7 +181,9 @@ class JobService:
         # The stored spec was validated at submission (its model path resolved then): read it
         # back without resolving the model again, so a moved model file breaks no read.
         spec = read_stored_spec(job.spec_json)
-        return JobView(job, spec, self._records(job.study_name))
+        records, attrs = self._study(job.study_name)
+        cap = spec.cluster.device_memory_gib
+        return JobView(job, spec, records, cap if cap is not None else attrs.get(MEMORY_CAP))
 
     def _storage(self) -> optuna.storages.RDBStorage:
         with self._lock:
@@ -189,10 +193,12 @@ class JobService:
                 )
             return self._trials
 
-    def _records(self, study_name: str) -> list[TrialRecord]:
+    def _study(self, study_name: str) -> tuple[list[TrialRecord], dict[str, Any]]:
+        """The study's trials and its user attributes."""
         storage = self._storage()
         try:
             study_id = storage.get_study_id_from_name(study_name)
         except KeyError:
-            return []  # no trial yet: the runner creates the study
-        return [record_of(t) for t in storage.get_all_trials(study_id, deepcopy=False)]
+            return [], {}  # no trial yet: the runner creates the study
+        trials = storage.get_all_trials(study_id, deepcopy=False)
+        return [record_of(t) for t in trials], storage.get_study_user_attrs(study_id)

@@ -33,21 +33,20 @@ from autotuner.api.errors import NotFoundError, UnauthorizedError
 from autotuner.api.schemas import JobPublic
 from autotuner.api.security import require_read
 from autotuner.api.service import JobService, JobView
-from autotuner.jobs import memory_cap_gib, resolve_device
-from autotuner.records import INFEASIBLE_STATUSES, TrialRecord
+from autotuner.records import INFEASIBLE_STATUSES, TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import THROUGHPUT, front, summarize
+from autotuner.summary import front, summarize
 from storage import JobNotFoundError
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
 EXAMPLE_JOB = (HERE / "templates" / "example-job.yaml").read_text()
 TOKEN_COOKIE = "autotuner_token"
 PAGE_SIZE = 50
-MEMORY = "peak_memory_gib"
 HEADLINE_METRICS = {
     THROUGHPUT: "throughput tokens/s/GPU",
-    MEMORY: "peak memory GiB",
+    PEAK_MEMORY: "peak memory GiB",
     "step_time_s": "step time s",
 }
 # Plotly styles its own elements inline; scripts and everything else come from this origin.
@@ -134,7 +133,7 @@ def job_page(request: Request, job_id: str) -> Response:
     except JobNotFoundError:
         return _render(request, "not_found.html", {"job_id": job_id}, status_code=404)
     pareto = front(view.spec, view.records)
-    cap = _memory_cap(request, view)
+    cap = view.memory_cap_gib
     return _render(
         request,
         "job.html",
@@ -191,11 +190,6 @@ def _render(
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
     return JobPublic.of(view.job, url, view.records, view.best)
-
-
-def _memory_cap(request: Request, view: JobView) -> float | None:
-    """The per-device memory cap the job's trials ran under, as its runner computes it."""
-    return memory_cap_gib(view.spec, resolve_device(view.spec), request.app.state.settings)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -263,7 +257,7 @@ templates.env.globals.update(
     knob_label=knob_label,
     zip=zip,
     THROUGHPUT=THROUGHPUT,
-    MEMORY=MEMORY,
+    MEMORY=PEAK_MEMORY,
 )
 
 
@@ -354,7 +348,7 @@ def _hover(r: TrialRecord, where: str) -> str:
         return html.escape(text, quote=False)
 
     lines = [f"<b>trial {r.number}</b> · {esc(r.status)}" + (f" ({where})" if where else "")]
-    for metric, unit in ((THROUGHPUT, "tokens/s/GPU"), (MEMORY, "GiB"), ("step_time_s", "s")):
+    for metric, unit in ((THROUGHPUT, "tokens/s/GPU"), (PEAK_MEMORY, "GiB"), ("step_time_s", "s")):
         if metric in r.metrics:
             lines.append(f"{metric}: {fmt(r.metrics[metric])} {unit}")
     if r.error_type:
@@ -387,15 +381,15 @@ def figure(
     errors likewise in grey.
     """
     measured = [r for r in recs if r.measured]
-    observed = [r.metrics[MEMORY] for r in measured if MEMORY in r.metrics]
+    observed = [r.metrics[PEAK_MEMORY] for r in measured if PEAK_MEMORY in r.metrics]
     fallback_x = cap_gib if cap_gib is not None else max(observed, default=0.0)
     on_front = {r.number for r in pareto}
 
     def point(r: TrialRecord) -> tuple[TrialRecord, float, float, str]:
-        if r.feasible and MEMORY in r.metrics and THROUGHPUT in r.metrics:
-            return r, float(r.metrics[MEMORY]), float(r.metrics[THROUGHPUT]), ""
-        if MEMORY in r.metrics:
-            return r, float(r.metrics[MEMORY]), 0.0, "at its peak memory"
+        if r.feasible and PEAK_MEMORY in r.metrics and THROUGHPUT in r.metrics:
+            return r, float(r.metrics[PEAK_MEMORY]), float(r.metrics[THROUGHPUT]), ""
+        if PEAK_MEMORY in r.metrics:
+            return r, float(r.metrics[PEAK_MEMORY]), 0.0, "at its peak memory"
         return r, float(fallback_x), 0.0, "at the memory cap"
 
     points = [point(r) for r in measured]
@@ -403,7 +397,7 @@ def figure(
     others = [p for p in points if p[0].number not in on_front]
     default_objectives = [(o.metric, o.resolved_direction) for o in spec.objectives] == [
         (THROUGHPUT, "maximize"),
-        (MEMORY, "minimize"),
+        (PEAK_MEMORY, "minimize"),
     ]
     traces = [
         _trace(
@@ -435,7 +429,7 @@ def figure(
         ),
         _trace(
             "error",
-            [p for p in others if p[0].status == "error"],
+            [p for p in others if p[0].status == TrialStatus.ERROR],
             marker={
                 "size": 11,
                 "symbol": "x-thin-open",

@@ -8,9 +8,10 @@ trial answered with a recorded run of its config; a config's k-th run answers it
 request), with a budget of as many trials as the landscape has configs:
 
 - ``grid``: Optuna's ``GridSampler`` over the searched values (its order shuffled by the seed);
-- ``random``, ``tpe``, ``nsga2``: Optuna's samplers as a user would set them up (TPE
-  multivariate, NSGA-II population 8), with no memory model and no early stopping;
-- ``ours``: the tuner as a job runs it: verl's defaults first, TPE, the memory model
+- ``random``, ``tpe``, ``nsga2``: the tuner's samplers as a job gets them
+  (``autotuner.samplers``), with no memory model and no early stopping;
+- ``ours``: the tuner as a job runs it: verl's defaults first, the landscape job's sampler
+  (TPE), the memory model
   (calibrated on the trials replayed so far) and the monotone feasibility structure
   skipping proposals known not to fit, phase composition (``autotuner.compose``: the
   unmeasured config predicted fastest from measured engine and train sides, run ahead of
@@ -47,12 +48,13 @@ import optuna
 from autotuner.memory import MemoryModel
 from autotuner.records import records
 from autotuner.replay import Landscape, ReplayExecutor, throughput
+from autotuner.samplers import SAMPLERS, make_sampler
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.study import StudyRunner, config_key
 from autotuner.summary import best
 
-STRATEGIES = ("grid", "random", "tpe", "nsga2", "ours")
+STRATEGIES = ("grid", *SAMPLERS, "ours")  # every registered sampler
 REACH = 0.97
 EARLY_COST = 0.25
 
@@ -78,14 +80,13 @@ class _Grid(optuna.samplers.GridSampler):
         return None
 
 
-def _sampler(name: str, seed: int, space: SearchSpace) -> optuna.samplers.BaseSampler:
-    if name == "grid":
-        return _Grid(dict(space.searched), seed=seed)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
-    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
+def _sampler(strategy: str, spec: JobSpec, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The strategy's sampler: the tuner's own registry (``autotuner.samplers``), so a change
+    to its settings reaches the benchmark; ``ours`` uses the job's sampler; ``grid`` is the
+    benchmark's reference, not a sampler a job can choose."""
+    if strategy == "grid":
+        return _Grid(dict(space.searched), seed=spec.seed)
+    return make_sampler(spec.sampler if strategy == "ours" else strategy, spec.seed)
 
 
 @dataclass
@@ -125,7 +126,7 @@ def run_strategy(
     study = optuna.create_study(
         storage=optuna.storages.InMemoryStorage(),
         directions=[o.resolved_direction for o in spec.objectives],
-        sampler=_sampler(strategy, seed, space),
+        sampler=_sampler(strategy, spec, space),
     )
     executor = ReplayExecutor(landscape)
     model = MemoryModel(spec, landscape.arch, landscape.device, landscape.memory_cap_gib) if ours else None

@@ -40,11 +40,13 @@ from typing import Any
 from autotuner.executor import RayExecutor, Resources, cluster_resources, ensure_ray
 from autotuner.jobs import build_space, memory_cap_gib, resolve_device
 from autotuner.knobs import R
+from autotuner.records import config_key
 from autotuner.replay import Landscape, LandscapePoint
 from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
-from autotuner.study import INFRA_ERROR_TYPES, config_key
+from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
+from trials.metrics import THROUGHPUT
 
 
 def _label(device: str, measured_on: str) -> str:
@@ -194,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             landscape.recorded_at = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
             landscape.save(args.out)
             done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
-        tput = result.metrics.get("throughput_tokens_per_s_per_gpu")
+        tput = result.metrics.get(THROUGHPUT)
         print(
             f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
             f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "

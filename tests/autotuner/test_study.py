@@ -247,12 +247,22 @@ def test_baselines_are_enqueued_first_with_their_names(tmp_path) -> None:
     runner = StudyRunner(spec, study, space, RayExecutor(), "cuda", memory_cap_gib=None)
     runner.enqueue_baseline()
     runner.enqueue_baseline()  # idempotent: a resumed study does not enqueue them again
-    first, second = study.ask(), study.ask()
-    defaults, production = space.suggest(first).config, space.suggest(second).config
+    first, second, third = study.ask(), study.ask(), study.ask()
+    defaults, example = space.suggest(first).config, space.suggest(second).config
+    production = space.suggest(third).config
     assert first.user_attrs["baseline"] == "verl-v0.9-defaults"
-    assert second.user_attrs["baseline"] == "production"
+    assert second.user_attrs["baseline"] == "verl-v0.9-example"
+    assert third.user_attrs["baseline"] == "production"
     assert defaults[R + "gpu_memory_utilization"] == 0.5 and defaults[R + "max_num_seqs"] == 256
     assert defaults[R + "tensor_model_parallel_size"] == 1
+    # verl's defaults leave the micro-batches unset; their value is the example's.
+    assert defaults[A + "ppo_micro_batch_size_per_gpu"] == 2 and defaults[A + "use_dynamic_bsz"] is False
+    assert defaults["actor_rollout_ref.model.use_remove_padding"] is True
+    # The 1.5B model takes run_qwen3_4b_fsdp.sh's knobs: dynamic batches, gmu 0.6, the ref
+    # offloaded; its TP 2 does not fit one GPU and is moved to 1.
+    assert example[A + "use_dynamic_bsz"] is True and example[R + "gpu_memory_utilization"] == 0.6
+    assert example["actor_rollout_ref.ref.fsdp_config.param_offload"] is True
+    assert example[R + "tensor_model_parallel_size"] == 1
     assert production[R + "gpu_memory_utilization"] == 0.8
     assert production[R + "max_num_batched_tokens"] == 32768
     assert production[A + "fsdp_config.param_offload"] is True

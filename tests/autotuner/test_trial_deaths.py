@@ -209,7 +209,6 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
         1: kill_in(("old_log_prob", "ref_log_prob", "update_actor"), signal.SIGKILL)(procs),
         2: kill_in(("startup",), signal.SIGSTOP)(procs),
     }
-    started = time.monotonic()
     summary, by_number, checks = run_job(tmp_path, spec, procs, actions)
 
     assert [by_number[n].status for n in (0, 1, 2)] == ["ok", "error", "timeout"], [
@@ -219,12 +218,12 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
     assert killed.error_type == "TrialProcessDied"
     assert "killed by SIGKILL" in (killed.error_message or "")
     assert killed.phase in ("old_log_prob", "ref_log_prob", "update_actor")
+    # The hang cost its deadline and the kill's clean-up: the launcher killed it
+    # (TrialTimeout), not the executor's outer deadline a grace later (RayTaskDeadline).
     assert hung.error_type == "TrialTimeout" and "within 40 s" in (hung.error_message or "")
     assert summary.stop_reason == "reached max_trials (3)"
     for number in (1, 2):
         _assert_clean(checks, number, after_ok=0)
-    # The hang cost its deadline and the kill's clean-up, not the launcher's full grace.
-    assert time.monotonic() - started < 200
 
 
 @pytest.mark.engine

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timedelta, timezone
 
 import optuna
 import pytest
+from sqlalchemy import update
 
 from storage import (
     Database,
@@ -17,6 +17,7 @@ from storage import (
     JobStateError,
     JobStore,
 )
+from storage.models import JobRow
 
 SPEC = '{"workload": {"model": "qwen2-0.5b"},  "trials": 8}'  # odd spacing: kept as given
 
@@ -24,6 +25,16 @@ SPEC = '{"workload": {"model": "qwen2-0.5b"},  "trials": 8}'  # odd spacing: kep
 def _running(store: JobStore, name: str = "job", runner_id: str = "runner-1") -> JobRecord:
     job = store.create(name, SPEC, trials_total=8)
     return store.claim(job.id, runner_id)
+
+
+def _last_heartbeat_ago(database: Database, job_id: str, seconds: float) -> datetime:
+    """Set a job's last heartbeat ``seconds`` back, as a runner that stopped long ago left it
+    (no test waits for a clock to pass a threshold); return it."""
+    when = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+    database.run_transaction(
+        lambda session: session.execute(update(JobRow).where(JobRow.id == job_id).values(heartbeat_at=when))
+    )
+    return when
 
 
 def test_create_then_get_returns_the_stored_job(store: JobStore) -> None:
@@ -103,13 +114,13 @@ def test_claim_of_a_job_that_is_not_queued_is_refused(store: JobStore) -> None:
     assert store.get(job.id).runner_id == "runner-1"
 
 
-def test_heartbeat_is_accepted_only_from_the_owner(store: JobStore) -> None:
+def test_heartbeat_is_accepted_only_from_the_owner(database: Database, store: JobStore) -> None:
     job = _running(store)
-    time.sleep(0.01)
+    before = _last_heartbeat_ago(database, job.id, 60)
 
     store.heartbeat(job.id, "runner-1")
 
-    assert store.get(job.id).heartbeat_at > job.heartbeat_at
+    assert store.get(job.id).heartbeat_at > before
     with pytest.raises(JobNotOwnedError, match="owned by 'runner-1', not by 'runner-2'"):
         store.heartbeat(job.id, "runner-2")
     store.finish(job.id, "succeeded")
@@ -201,20 +212,21 @@ def test_cancel_of_a_running_job_is_a_request_its_runner_sees(store: JobStore) -
 
 
 def test_requeue_orphans_returns_jobs_whose_runner_stopped_heartbeating(
-    store: JobStore,
+    database: Database, store: JobStore
 ) -> None:
     orphan = _running(store, "orphan", runner_id="dead-runner")
     store.update_progress(orphan.id, trials_done=3)
     alive = _running(store, "alive", runner_id="live-runner")
     cancelled_orphan = _running(store, "cancelled-orphan", runner_id="dead-runner")
     store.request_cancel(cancelled_orphan.id)
-    time.sleep(0.3)
+    for job in (orphan, cancelled_orphan):  # their runner's last beat: an hour ago
+        _last_heartbeat_ago(database, job.id, 3600)
     store.heartbeat(alive.id, "live-runner")
 
-    requeued = store.requeue_orphans(stale_after_s=0.2)
+    requeued = store.requeue_orphans(stale_after_s=600)
 
     assert requeued == [orphan.id]
-    assert store.requeue_orphans(stale_after_s=0.2) == []
+    assert store.requeue_orphans(stale_after_s=600) == []
     queued = store.get(orphan.id)
     assert (queued.status, queued.runner_id, queued.heartbeat_at) == ("queued", None, None)
     assert store.get(alive.id).status == "running"

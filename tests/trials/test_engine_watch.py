@@ -25,6 +25,15 @@ def _engine() -> multiprocessing.Process:
     return proc
 
 
+# A deadline for the test to fail by, never a bound it must beat: a watch that fired raises
+# at once, one that did not leaves the main thread blocked until this.
+BLOCKED_FOR_AT_MOST_S = 120
+
+
+def _watch_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "engine-watch"]
+
+
 def _probe(proc: multiprocessing.Process):
     def probe() -> str | None:
         code = proc.exitcode
@@ -39,10 +48,9 @@ def test_a_killed_engine_raises_in_the_blocked_main_thread() -> None:
     watch = EngineWatch(_probe(engine), poll_s=0.05)
     watch.start()
     threading.Timer(0.5, os.kill, (engine.pid, signal.SIGKILL)).start()
-    started = time.monotonic()
     with pytest.raises(EngineDied, match="EngineCore was killed by SIGKILL"):
-        queue.Queue().get()  # what vLLM's LLM.generate blocks on when its engine is gone
-    assert time.monotonic() - started < 10
+        # What vLLM's LLM.generate blocks on when its engine is gone (queue.Empty: no wake-up).
+        queue.Queue().get(timeout=BLOCKED_FOR_AT_MOST_S)
     watch.stop()
     assert signal.getsignal(WATCH_SIGNAL) == before  # the handler is the process's again
     assert watch.died is not None
@@ -54,9 +62,10 @@ def test_a_deliberate_shutdown_after_stop_raises_nothing() -> None:
     watch = EngineWatch(_probe(engine), poll_s=0.05)
     watch.start()
     watch.stop()
+    assert _watch_threads() == []  # stopped means joined: nothing is left to fire
     engine.kill()
     engine.join()
-    time.sleep(0.3)  # a watch still running would have fired by now
+    assert _probe(engine)() is not None  # a live watch would now see the death
     assert watch.died is None
 
 
@@ -68,6 +77,7 @@ def test_an_engine_error_noticed_first_becomes_the_death_behind_it() -> None:
     # The front end saw the dead engine before the watch's next poll (a long poll here):
     # the error it raised becomes the EngineDied naming the process, and no signal follows.
     engine = _engine()
+    before = signal.getsignal(WATCH_SIGNAL)
     watch = EngineWatch(_probe(engine), poll_s=30)
     watch.start()
     engine.kill()
@@ -75,7 +85,8 @@ def test_an_engine_error_noticed_first_becomes_the_death_behind_it() -> None:
     with pytest.raises(EngineDied, match="EngineCore was killed by SIGKILL") as raised, named_deaths(watch):
         raise EngineDeadError("EngineCore encountered an issue. See stack trace (above)")
     assert isinstance(raised.value.__cause__, EngineDeadError)
-    time.sleep(0.1)  # a signal still on its way would raise here
+    # No signal can follow: the watch's thread is gone and the handler is the process's again.
+    assert _watch_threads() == [] and signal.getsignal(WATCH_SIGNAL) == before
 
 
 def test_an_engine_error_without_a_death_stays_what_it_was() -> None:
@@ -88,8 +99,8 @@ def test_an_engine_error_without_a_death_stays_what_it_was() -> None:
     finally:
         engine.kill()
         engine.join()
-    time.sleep(0.3)
-    assert watch.died is None  # confirm stopped the watch: the kill after it is no death
+    assert _watch_threads() == []  # confirm stopped the watch: the kill after it is no death
+    assert _probe(engine)() is not None and watch.died is None
 
 
 def test_exit_texts() -> None:

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from trial_helpers import make_spec
+from trial_helpers import make_spec, wait_for_phase
 from trial_watch import TrialSessions
 
 from trials.launcher import launch_trial
@@ -62,9 +62,17 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
     assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
     assert m["train_peak_memory_gib"] >= 0.9 * m["rollout_peak_memory_gib"]
-    assert set(t) == {"startup", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    assert set(t) == {"startup", "weight_sync", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    # The actor's fp32 weights went into the running engine before the rollout, in one
+    # bucket of verl's default 2048 MB; the sync is part of the step.
+    params = m["actor_params"]
+    embed = tiny_config["vocab_size"] * tiny_config["hidden_size"]  # lm_head, tied, sent too
+    assert m["weight_sync_bytes"] == 4 * (params + embed) and m["weight_sync_buckets"] == 1
+    assert m["engine_ready_at_s"] < m["weights_synced_at_s"] < m["train_start_at_s"]
+    assert t["weight_sync"] == m["weight_sync_s"] > 0
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
-    assert step == pytest.approx(m["rollout_makespan_s"] + sum(t[p] for p in TRAIN_SUB_PHASES))
+    rollout_side = m["rollout_makespan_s"] + t["weight_sync"]
+    assert step == pytest.approx(rollout_side + sum(t[p] for p in TRAIN_SUB_PHASES))
     assert m["step_time_s"] == pytest.approx(step)
     tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)
     assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(tokens / step)
@@ -115,8 +123,9 @@ def test_a_trial_killed_without_a_result_is_an_error_with_its_signal(tiny_config
         deadline = time.monotonic() + 30
         while not sessions.sids and time.monotonic() < deadline:
             time.sleep(0.05)
-        time.sleep(1.0)
-        os.kill(next(iter(sessions.sids)), signal.SIGKILL)  # as the kernel's OOM killer would
+        trial = next(iter(sessions.sids))
+        wait_for_phase(trial)  # into its trial
+        os.kill(trial, signal.SIGKILL)  # as the kernel's OOM killer would
         worker.join(60)
     (result,) = results
     assert (result.status, result.error_type) == ("error", "TrialProcessDied")

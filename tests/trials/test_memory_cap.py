@@ -22,7 +22,6 @@ def capped_spec(config, trial_id, ppo_micro, log_prob_micro):
         train_prompt_lengths=[500] * 64,
         train_response_lengths=[500] * 64,
         local_mini_batch_size=64,
-        max_timed_micro_batches=2,
         train=TrainKnobs(
             ppo_micro_batch_size_per_gpu=ppo_micro,
             log_prob_micro_batch_size_per_gpu=log_prob_micro,

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from trial_helpers import make_spec
+from trial_helpers import make_spec, wait_for_phase
 from trial_watch import TrialSessions
 
 from trials.launcher import launch_trial, proc_stats
@@ -142,11 +142,10 @@ def test_a_config_one_rank_rejects_fails_the_trial_at_once_naming_that_rank(tiny
     spec.train.log_prob_max_token_len_per_gpu = 200
     spec.train_prompt_lengths = [16] * 16 + [250] + [16] * 15  # rank 1: a 266-token sequence
     spec.train_response_lengths = [16] * 32
-    t0 = time.monotonic()
     result = launch_trial(spec, timeout_s=240)
+    # A rank 0 left waiting for its peer would have run into the deadline: "timeout".
     assert (result.status, result.error_type) == ("error", "ConfigRejected"), result.error_message
     assert result.error_message.startswith("rank 1: ")
-    assert time.monotonic() - t0 < 60  # rank 0 stopped waiting for it, no deadline reached
 
 
 def test_a_rank_killed_mid_trial_fails_it_and_takes_the_other_ranks_down(tiny_config):
@@ -155,13 +154,13 @@ def test_a_rank_killed_mid_trial_fails_it_and_takes_the_other_ranks_down(tiny_co
     results: list[TrialResult] = []
     with TrialSessions() as sessions:
         worker, rank1 = _launch_until_rank_1(spec, results)
-        time.sleep(3.0)  # into its trial
+        wait_for_phase(rank1)  # into its trial
         os.kill(rank1, signal.SIGKILL)
         worker.join(120)
     (result,) = results
+    # Ranks left waiting for the dead one would have run into the deadline: "timeout".
     assert (result.status, result.error_type) == ("error", "TrialProcessDied"), result.error_message
     assert "rank 1" in result.error_message and "SIGKILL" in result.error_message
-    assert result.wall_s < 60
     assert sessions.leftovers() == []
 
 
@@ -240,7 +239,7 @@ def test_a_burst_of_sigterms_to_the_coordinator_takes_every_rank_down_cleanly(ti
         import psutil
 
         coordinator = psutil.Process(rank1).parent()
-        time.sleep(2.0)
+        wait_for_phase(rank1, past=("startup",))
         for _ in range(3):
             coordinator.send_signal(signal.SIGTERM)
             time.sleep(0.002)

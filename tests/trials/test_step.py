@@ -59,12 +59,13 @@ def test_the_engine_hand_over_and_the_actor_moves_are_part_of_the_step(tiny_conf
         "update_actor": 3.0,
         "actor_reload": 0.25,
         "engine_wake": 0.75,
+        "weight_sync": 0.5,
     }
     parts = step_components(spec, metrics, timings)
     assert list(parts) == list(STEP_COMPONENTS)
     assert parts["rollout"] == 10.0
     step = step_metrics(spec, metrics, timings)
-    assert step["step_time_s"] == pytest.approx(17.5)
+    assert step["step_time_s"] == pytest.approx(18.0)
     assert step["step_time_s"] == pytest.approx(sum(timings.values()) - timings["startup"])
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import random
+import time
 from pathlib import Path
 
 from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
@@ -44,3 +46,22 @@ def make_spec(config: dict, trial_id: str = "t", requests: int = 32, **overrides
     for key, value in overrides.items():
         setattr(spec, key, value)
     return spec
+
+
+def wait_for_phase(pid: int, past: tuple[str, ...] = (), deadline_s: float = 120) -> None:
+    """Wait until the trial (or rank) process ``pid`` reports a phase other than those in
+    ``past``: its ``--progress`` file, rewritten at each phase entry."""
+    import psutil  # the worker extra: imported where a test needs it
+
+    argv = psutil.Process(pid).cmdline()
+    progress = argv[argv.index("--progress") + 1]
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        try:
+            phase = json.loads(Path(progress).read_text()).get("phase")
+        except (OSError, ValueError):  # not written yet, or caught mid-write
+            phase = None
+        if phase is not None and phase not in past:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"trial process {pid} reported no phase beyond {past} in {deadline_s:g} s")

@@ -7,10 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from trials.distributed import free_port
-from trials.launcher import session_processes
+from ..serving import Server
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -49,75 +44,6 @@ E2E_JOB: dict[str, Any] = {
 }
 
 
-class Server:
-    """`autotuner serve` in a process session of its own, so that stopping it leaves nothing."""
-
-    def __init__(self, data_dir: Path, log_path: Path) -> None:
-        self.log_path = log_path
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
-        self.env.update(AUTOTUNER_DATA_DIR=str(data_dir), AUTOTUNER_RAY_NUM_CPUS="2")
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self, timeout_s: float = 120) -> Server:
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "autotuner.cli", "serve", "--port", str(self.port)],
-                cwd=REPO,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
-                    return self
-            time.sleep(0.5)
-        self.stop()
-        raise AssertionError(f"the server did not answer in {timeout_s} s:\n{self.log()}")
-
-    def wait_for_job(self, job_id: str, until: Any, timeout_s: float) -> dict[str, Any]:
-        """Poll GET /v1/jobs/{id} until ``until(job)``; return the job."""
-        deadline = time.monotonic() + timeout_s
-        job: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            response = httpx.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
-            assert response.status_code == 200, response.text
-            job = response.json()
-            if until(job):
-                return job
-            time.sleep(0.5)
-        raise AssertionError(f"job {job_id} did not get there in {timeout_s} s: {job}\n{self.log()}")
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-6000:]
-
-    def stop(self) -> None:
-        """SIGTERM (a clean shutdown), then SIGKILL whatever is left of its session."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        deadline = time.monotonic() + 20
-        while (left := session_processes(self.proc.pid)) and time.monotonic() < deadline:
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for the web tests: loopback, no token, a fresh SQLite file."""
@@ -126,9 +52,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     try:
         yield srv
     finally:
-        srv.stop()
-        ARTIFACTS.mkdir(exist_ok=True)  # the server's log, to read when a test fails
-        shutil.copyfile(srv.log_path, ARTIFACTS / "web-server.log")
+        try:
+            srv.stop(require_clean_log=False)
+        finally:
+            ARTIFACTS.mkdir(exist_ok=True)  # the server's log, to read when a test fails
+            shutil.copyfile(srv.log_path, ARTIFACTS / "web-server.log")
 
 
 @pytest.fixture(scope="session")
@@ -221,3 +149,20 @@ def app_with_job(tmp_path: Path, spec: Any) -> tuple[Any, Any, Any]:
     app.state.service = JobService(ctx)
     job = ctx.submit(spec)
     return app, job, open_study(spec, job.study_name, config.resolved_database_url)
+
+
+def replay_runner(spec: Any, study: Any, landscape: Any) -> Any:
+    """A ``StudyRunner`` for ``spec``'s study whose trials are answered from the recorded
+    ``landscape`` (``ReplayExecutor``), on its device and under its memory cap."""
+    from autotuner.replay import ReplayExecutor
+    from autotuner.space import SearchSpace
+    from autotuner.study import StudyRunner
+
+    return StudyRunner(
+        spec,
+        study,
+        SearchSpace.build(spec, landscape.arch, landscape.device),
+        ReplayExecutor(landscape),
+        landscape.device,
+        landscape.memory_cap_gib,
+    )

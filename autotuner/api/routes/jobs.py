@@ -15,11 +15,11 @@ from autotuner.api.schemas import (
     ParetoPointPublic,
     ParetoPublic,
     TrialPublic,
-    TrialStatus,
 )
 from autotuner.api.security import require_read, require_write
 from autotuner.api.service import JobService, JobView
 from autotuner.api.submission import JSON_TYPES, YAML_TYPES
+from autotuner.records import TrialStatus
 from storage import JobStatus
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_read)])

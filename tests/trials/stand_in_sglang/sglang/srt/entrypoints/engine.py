@@ -130,6 +130,7 @@ class Engine:
         self.killed_tree: list[bool] = []
         self.drained: list[bool] = []
         self.offload_tags: set[str] = set()
+        self.weights: dict = {}  # name -> the last tensor update_weights_from_tensor loaded
         handler = kwargs.get("custom_sigquit_handler")
         if handler is not None:
             signal.signal(signal.SIGQUIT, handler)
@@ -183,6 +184,16 @@ class Engine:
         for tag in tags:
             self.offload_tags.remove(tag)  # KeyError for a tag not released, as SGLang
         self.calls.append(("resume", tags))
+
+    def update_weights_from_tensor(self, named_tensors, load_format=None, flush_cache=True):
+        """SGLang's signature; the tensors' values are kept (copied: the caller's buffer is
+        reused) in ``weights``, and the answer is SGLang's ``(success, message)``."""
+        for name, tensor in named_tensors:
+            self.weights[name] = tensor.detach().clone()
+        self.calls.append(("update_weights", tuple(name for name, _ in named_tensors)))
+        if flush_cache:
+            self.flush_cache()
+        return True, "Succeeded to update model weights."
 
     def flush_cache(self):
         self.calls.append(("flush", ()))

