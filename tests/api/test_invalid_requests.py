@@ -318,7 +318,8 @@ def test_storage_unavailable_is_503(tmp_path) -> None:
     client = TestClient(
         app, base_url="http://127.0.0.1"
     )  # no lifespan: the service above stands in for the real one
-    for path in ("/healthz", "/v1/jobs", "/v1/jobs/abc", "/v1/jobs/abc/trials"):
+    job = "0" * 32  # a well-formed id: one that is not never reaches the database
+    for path in ("/healthz", "/v1/jobs", f"/v1/jobs/{job}", f"/v1/jobs/{job}/trials"):
         response = client.get(path)
         assert response.status_code == 503, (path, response.text)
         assert response.json()["detail"].startswith("storage unavailable:")
