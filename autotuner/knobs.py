@@ -135,6 +135,13 @@ class Knob:
     # Searched unless the job says otherwise; False: held at its baseline unless the job's
     # search section names it (a knob whose other values rarely pay, e.g. padded rows).
     searched_by_default: bool = True
+    # What trials measured before the knob was in this table (a recorded landscape's points
+    # name no value for it); None: its baseline.
+    recorded_before: Any = None
+
+    @property
+    def value_before_table(self) -> Any:
+        return self.baseline if self.recorded_before is None else self.recorded_before
 
     def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
         """Whether the knob reaches a config: the job's engine takes it and it applies."""
@@ -335,6 +342,7 @@ _TABLE: list[Knob] = [
         _bools,
         True,
         searched_by_default=False,
+        recorded_before=False,  # trials padded every micro-batch before 2026-11-24
     ),
     Knob(
         "actor_rollout_ref.ref.fsdp_config.param_offload",

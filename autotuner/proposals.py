@@ -207,9 +207,11 @@ class Sampler(ProposalSource):
 
 
 class Finalists(ProposalSource):
-    """The fastest trials of the Pareto front (``budget.finalists``) again, until each has
-    ``budget.remeasure_runs`` runs (its own and earlier re-measurements, a resumed job's
-    included); then nothing. ``chosen`` lists the finalists once ``start`` ran."""
+    """The fastest trials of the Pareto front (``budget.finalists``) and the measured
+    baselines again, until each has ``budget.remeasure_runs`` runs (its own and earlier
+    re-measurements, a resumed job's included), interleaved round by round (A-B-C-A-B-C), so
+    a drift of the machine spreads over all of them; then nothing. ``chosen`` lists them
+    once ``start`` ran."""
 
     def __init__(self) -> None:
         self.chosen: list[TrialRecord] = []
@@ -221,9 +223,18 @@ class Finalists(ProposalSource):
             return []
         recs = records(state.study)
         self.chosen = front(state.spec, recs)[: budget.finalists]
-        for rec in self.chosen:
-            done = 1 + sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
-            self._queue += [rec] * max(0, budget.remeasure_runs - done)
+        chosen = {rec.number for rec in self.chosen}
+        self.chosen += [
+            r for r in recs if r.baseline and r.measured and r.feasible and r.number not in chosen
+        ]
+        missing = {
+            rec.number: budget.remeasure_runs
+            - 1
+            - sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
+            for rec in self.chosen
+        }
+        for k in range(max(missing.values(), default=0)):
+            self._queue += [rec for rec in self.chosen if missing[rec.number] > k]
         return []
 
     @property

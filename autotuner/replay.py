@@ -149,13 +149,15 @@ class Landscape:
 
 def _later_knobs_at_baseline(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with every knob added to the table after the recording (in no point's
-    config, absent from its search) at verl's default where it reaches a point's config:
-    the recorded trials ran with it, so the point's config names it at its baseline and
-    the job's search drops it."""
+    config, absent from its search) at the value the recorded trials ran with
+    (``Knob.value_before_table``: verl's default, or how trials behaved before the knob
+    existed) where it reaches a point's config; the job's search holds it there."""
     spec = data["spec"]
     search = dict(spec.get("search") or {})
     recorded = {path for p in data["points"] for path in p["config"]}
-    later = {path: k.baseline for path, k in KNOBS.items() if path not in recorded and path not in search}
+    later = {
+        path: k.value_before_table for path, k in KNOBS.items() if path not in recorded and path not in search
+    }
     job = JobSpec.model_validate(spec)
     ctx = SpaceContext(job.workload, job.cluster, ModelArch(**data["arch"]), data["device"])
     points, added = [], set()
@@ -163,7 +165,7 @@ def _later_knobs_at_baseline(data: dict[str, Any]) -> dict[str, Any]:
         extra = {path: v for path, v in later.items() if KNOBS[path].relevant(ctx, point["config"])}
         added |= set(extra)
         points.append({**point, "config": point["config"] | extra})
-    search |= {path: {"drop": True} for path in added}
+    search |= {path: {"fixed": later[path]} for path in added}
     return {**data, "spec": {**spec, "search": search}, "points": points}
 
 

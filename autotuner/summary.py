@@ -203,6 +203,7 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
         counts[key] = counts.get(key, 0) + 1
     winner, tied = choose(spec, recs)
     top_tput = winner.median if winner is not None else None
+    runs = runs_of(recs)
     out_baselines: dict[str, dict[str, Any]] = {}
     for r in recs:
         if (
@@ -210,12 +211,15 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
             and r.baseline not in out_baselines
             and (r.measured or r.status == TrialStatus.DUPLICATE)
         ):
-            tput = r.metric(THROUGHPUT) if r.status == TrialStatus.OK else 0.0
+            measured = runs.get(r.number)
+            tput = measured.median if measured is not None else 0.0
             gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
             out_baselines[r.baseline] = {
                 "trial": r.number,
                 "status": r.status,
-                THROUGHPUT: tput,
+                THROUGHPUT: tput,  # the median of its runs
+                "runs": measured.n if measured is not None else 0,
+                "spread_pct": measured.spread_pct if measured is not None else None,
                 "gain_of_best": gain,
             }
     base = next((r for r in recs if r.baseline and r.measured), None)
@@ -236,7 +240,8 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
             out.best_spread_pct = winner.spread_pct
     if base is not None:
         out.baseline = base.number
-        out.baseline_throughput = base.metric(THROUGHPUT) if base.feasible else 0.0
+        base_runs = runs.get(base.number)
+        out.baseline_throughput = base_runs.median if base.feasible and base_runs is not None else 0.0
         if out.best_throughput and out.baseline_throughput:
             out.gain_over_baseline = out.best_throughput / out.baseline_throughput
     return out

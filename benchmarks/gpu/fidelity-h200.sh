@@ -3,6 +3,7 @@
 # Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
+# PLAN_LAYOUT=0: the job alone.
 # usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
@@ -18,10 +19,12 @@ rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -r autotuner trials storage benchma
 cd /tmp/repo
 source benchmarks/gpu/env.sh
 python3 -c "import vllm, flash_attn, ray, optuna, torch; print('vllm', vllm.__version__, 'flash_attn', flash_attn.__version__, 'torch', torch.__version__)"
-log "1: layout benchmark"
-python3 -m benchmarks.gpu.layout_bench --out /tmp/at/probe-layout/layout-h200.json --repeats 3 \
-  > /tmp/at/logs/layout.log 2>&1
-log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
+if [ "${PLAN_LAYOUT:-1}" = 1 ]; then
+  log "1: layout benchmark"
+  python3 -m benchmarks.gpu.layout_bench --out /tmp/at/probe-layout/layout-h200.json --repeats 3 \
+    > /tmp/at/logs/layout.log 2>&1
+  log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
+fi
 log "2: the 1.5B job"
 STUDY_RAY=local STUDY_GPUS=0 bash benchmarks/gpu/run-studies.sh benchmarks/jobs/qwen2.5-1.5b-grpo.yaml
 while kill -0 "$(cat /tmp/at/logs/qwen2.5-1.5b-grpo.pid)" 2>/dev/null; do sleep 5; done
