@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import ray
 
 from autotuner.errors import RayUnavailableError
-from trials.launcher import launch_trial
+from trials.launcher import launch_trial, remove_scratch
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
@@ -148,6 +148,7 @@ class RayExecutor:
         for tid, entry in list(self.in_flight.items()):
             if now > entry.deadline:
                 ray.cancel(entry.ref, force=True)
+                remove_scratch(tid)  # its killed worker could not
                 del self.in_flight[tid]
                 results.append(
                     TrialResult(
@@ -175,6 +176,7 @@ class RayExecutor:
         out = []
         for tid, entry in list(self.in_flight.items()):
             ray.cancel(entry.ref, force=True)
+            remove_scratch(tid)  # its killed worker could not (on this host)
             out.append(
                 TrialResult(
                     tid,

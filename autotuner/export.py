@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from autotuner.domains import config_refusals
 from autotuner.errors import ExportError
 from autotuner.knobs import KNOBS, A, R
 from autotuner.spec import JobSpec
@@ -79,6 +80,12 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         raise ExportError(
             f"cannot export unknown key(s) {', '.join(unknown)}; a trial config holds only "
             f"knobs ({', '.join(sorted(KNOBS))}) and {R}max_model_len"
+        )
+    refused = config_refusals(config)
+    if refused:
+        raise ExportError(
+            f"refusing to export a config verl would reject: {'; '.join(refused)} (a job stored "
+            "before knob values were checked at submission); export another trial"
         )
     w, c = spec.workload, spec.cluster
     dynamic = bool(config.get(A + "use_dynamic_bsz", False))

@@ -18,17 +18,20 @@ from dataclasses import dataclass
 from typing import Literal
 
 import optuna
+import ray
 
 from autotuner import hardware
+from autotuner.capacity import check_device, host_memory_gib
 from autotuner.errors import AutotunerError, EngineUnavailableError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
+from autotuner.ownership import Ownership
 from autotuner.records import TrialRecord, records
 from autotuner.recovery import database_unavailable, retry_interrupted
 from autotuner.settings import Settings
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
 from autotuner.stop import StopKind, job_outcome
-from autotuner.study import RunHooks, StudyRunner, open_study, recover_interrupted
+from autotuner.study import RunHooks, RunSummary, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
 from storage import Database, DatabaseUnavailableError, JobNotOwnedError, JobRecord, JobStore
 from trials.launcher import engine_fix, engine_importable
@@ -48,12 +51,29 @@ def resolve_device(spec: JobSpec) -> Literal["cuda", "cpu"]:
 
 
 def memory_cap_gib(spec: JobSpec, device: str, settings: Settings) -> float | None:
+    """One device's memory: the job's own figure, else the GPU's, else (on a CPU) the
+    service's default; a CPU's never more than the machine has."""
+    if device == "cpu":
+        return min(spec.cluster.device_memory_gib or settings.cpu_device_memory_gib, host_memory_gib())
     if spec.cluster.device_memory_gib is not None:
         return spec.cluster.device_memory_gib
-    if device == "cpu":
-        return settings.cpu_device_memory_gib
     gpus = hardware.gpus()
     return min(g.memory_gib for g in gpus) if gpus else None
+
+
+def cluster_gpus(settings: Settings) -> float | None:
+    """The GPUs the trials can have: the Ray cluster's when Ray is up, this host's when the
+    trials will run on a local Ray, None (unknown) for a cluster not joined yet."""
+    if ray.is_initialized():
+        return cluster_resources().get("GPU", 0.0)
+    if settings.ray_address:
+        return None
+    return float(len(hardware.gpus()))
+
+
+def check_capacity(spec: JobSpec, space: SearchSpace, settings: Settings) -> None:
+    """Refuse a job none of whose trials could run on its device (``capacity.check_device``)."""
+    check_device(spec, space.arch, space.device, settings.cpu_device_memory_gib, cluster_gpus(settings))
 
 
 @dataclass
@@ -133,6 +153,11 @@ def execute(
 ) -> JobSummary:
     """Run (or resume) a job that this process has claimed; record its end in the job row.
 
+    From the first step to the last, a heartbeat thread keeps the job this runner's
+    (``ownership.Ownership``). A runner that loses the job (another runner holds it now)
+    stops at once: its trials in flight are cancelled without being recorded and the job
+    row is left alone; the summary's stop_reason is then ``LOST_STOP_REASON``.
+
     ``shutdown`` (the service's job runner) is polled with the cancel request: once it is
     true, the trials in flight are cancelled without being recorded and the job goes back
     to the queue, to be resumed by the next runner; the summary's stop_reason is then
@@ -144,24 +169,83 @@ def execute(
     reached the exception propagates and the job is left running (not failed): the
     service's runner puts it back in the queue once the database answers.
     """
-    caller = hooks or RunHooks()
-    stopping = shutdown or (lambda: False)
-    hooks = RunHooks(
-        on_record=caller.on_record,
-        on_start=caller.on_start,
-        stop_requested=lambda: caller.stop_requested() or stopping(),
-    )
-    job = ctx.store.get(job_id)
-    spec = ctx.spec_of(job)
-    settings = ctx.settings
-    engine = spec.workload.engine
-    executor = _StoppableExecutor(
-        stopping, trial_python=settings.python_for(engine), trial_env=settings.trial_env_for(engine)
-    )
-    try:
+    me = runner_id()
+    with Ownership(ctx.store, job_id, me, ctx.settings.heartbeat_s) as ownership:
+        stopping = shutdown or (lambda: False)
+        run = _Run(ctx, job_id, me, ownership, lambda: stopping() or ownership.lost.is_set())
+        return run.execute(hooks or RunHooks())
+
+
+LOST_STOP_REASON = "ownership lost"
+
+
+@dataclass
+class _Run:
+    """One runner's run of one job, owned through ``ownership``."""
+
+    ctx: JobContext
+    job_id: str
+    me: str
+    ownership: Ownership
+    stopping: Callable[[], bool]
+
+    def execute(self, caller: RunHooks) -> JobSummary:
+        ctx, job_id = self.ctx, self.job_id
+        hooks = RunHooks(
+            on_record=caller.on_record,
+            on_start=caller.on_start,
+            stop_requested=lambda: caller.stop_requested() or self.stopping(),
+        )
+        job = ctx.store.get(job_id)
+        settings = ctx.settings
+        executor: _StoppableExecutor | None = None
+        try:
+            spec = ctx.spec_of(job)
+            engine = spec.workload.engine
+            executor = _StoppableExecutor(
+                self.stopping,
+                trial_python=settings.python_for(engine),
+                trial_env=settings.trial_env_for(engine),
+            )
+            result = self._run(job, spec, executor, hooks)
+            if result is None:  # lost during set-up, before the study was touched
+                return summarize(spec, [], LOST_STOP_REASON)
+        except BaseException as exc:
+            if executor is not None and executor.in_flight:  # no trial outlives the run that started it
+                executor.cancel_all()
+            if self.ownership.held and isinstance(exc, Exception) and not database_unavailable(exc):
+                why = str(exc) if isinstance(exc, AutotunerError) else f"{type(exc).__name__}: {exc}"
+                self._finish("failed", stop_reason="error", error=why)
+            raise
+        if not self.ownership.held:
+            log.error("job %s: lost to another runner; this run stops without recording its end", job_id)
+            return summarize(spec, result.records, LOST_STOP_REASON)
+        if (
+            result.stop.kind is StopKind.CANCELLED
+            and self.stopping()
+            and not ctx.store.is_cancel_requested(job_id)
+        ):
+            ctx.store.release(job_id, self.me)
+            log.info("job %s: service shutting down; back in the queue to resume", job_id)
+            return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
+        summary = summarize(spec, result.records, result.stop_reason)
+        status, error = job_outcome(result.stop, found_a_winner=summary.best is not None)
+        self._finish(status, result.stop_reason, error, json.dumps(summary.to_dict()))
+        return summary
+
+    def _run(
+        self, job: JobRecord, spec: JobSpec, executor: _StoppableExecutor, hooks: RunHooks
+    ) -> RunSummary | None:
+        """Set the run up (space, engine, study, Ray), then drive the study to its end; None
+        when the job was lost to another runner before its study was opened."""
+        ctx, settings, job_id = self.ctx, self.ctx.settings, self.job_id
         device = resolve_device(spec)
         space = build_space(spec, device, settings)
+        hold_setup(settings, self.stopping)
         check_engine_environment(spec, device, settings)
+        if not self.ownership.held:
+            log.error("job %s: lost to another runner during its set-up; its study is left alone", job_id)
+            return None
         study = open_study(spec, job.study_name, settings.resolved_database_url)
         interrupted = recover_interrupted(study, space)
         if interrupted:
@@ -172,6 +256,7 @@ def execute(
         if retried:
             log.warning("job %s: the configs of interrupted trials %s run again (once)", job_id, retried)
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
+        check_capacity(spec, space, settings)
         cpus = cluster_resources().get("CPU", 1.0)
         cap = memory_cap_gib(spec, device, settings)
         runner = StudyRunner(
@@ -184,65 +269,65 @@ def execute(
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
             memory_model=StudyRunner.default_memory_model(spec, space, cap),
             hooks=_with_progress(
-                ctx, job_id, spec, hooks, already=sum(1 for r in records(study) if r.measured)
+                ctx, job_id, self.me, hooks, already=sum(1 for r in records(study) if r.measured)
             ),
         )
         runner.enqueue_baseline()
-        result = runner.run()
-    except BaseException as exc:
-        if executor.in_flight:  # no trial task outlives the run that started it
-            executor.cancel_all()
-        if isinstance(exc, Exception) and not database_unavailable(exc):
-            why = str(exc) if isinstance(exc, AutotunerError) else f"{type(exc).__name__}: {exc}"
-            ctx.store.finish(job_id, "failed", stop_reason="error", error=why)
-        raise
-    if result.stop.kind is StopKind.CANCELLED and stopping() and not ctx.store.is_cancel_requested(job_id):
-        ctx.store.release(job_id, runner_id())
-        log.info("job %s: service shutting down; back in the queue to resume", job_id)
-        return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
-    summary = summarize(spec, result.records, result.stop_reason)
-    status, error = job_outcome(result.stop, found_a_winner=summary.best is not None)
-    ctx.store.finish(
-        job_id, status, stop_reason=result.stop_reason, error=error, result_json=json.dumps(summary.to_dict())
-    )
-    return summary
+        return runner.run()
+
+    def _finish(
+        self, status: str, stop_reason: str | None, error: str | None, result_json: str | None = None
+    ) -> None:
+        """End the job as this runner's; a job another runner took meanwhile is left to it."""
+        try:
+            self.ctx.store.finish(
+                self.job_id,
+                status,
+                stop_reason=stop_reason,
+                error=error,
+                result_json=result_json,
+                runner_id=self.me,
+            )
+        except JobNotOwnedError as exc:
+            log.error("job %s: not recording its end (%s): %s", self.job_id, status, exc)
 
 
-HEARTBEAT_EVERY_S = 15.0
+def hold_setup(settings: Settings, stopping: Callable[[], bool]) -> None:
+    """Testing aid (``AUTOTUNER_SETUP_GATE``): a job's set-up waits here, after its search
+    space is built, until the gate file exists, the run is stopped or
+    ``setup_gate_timeout_s`` passes, so a test can hold a set-up as long as it needs."""
+    gate = settings.setup_gate
+    if gate is None:
+        return
+    deadline = time.monotonic() + settings.setup_gate_timeout_s
+    log.warning("job set-up held until %s exists (AUTOTUNER_SETUP_GATE)", gate)
+    while not gate.exists() and not stopping() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
-def _with_progress(
-    ctx: JobContext, job_id: str, spec: JobSpec, hooks: RunHooks, already: int = 0
-) -> RunHooks:
+def _with_progress(ctx: JobContext, job_id: str, me: str, hooks: RunHooks, already: int = 0) -> RunHooks:
     """Wrap the caller's hooks: progress in the job row (``already`` trials measured before
-    a resume count too), heartbeats, cancel requests."""
-    state = {"done": already, "beat": 0.0, "lost": False}
-    me = runner_id()
+    a resume count too) and cancel requests."""
+    state = {"done": already}
 
     def on_record(record: TrialRecord) -> None:
         if record.measured:
             state["done"] += 1
-        ctx.store.update_progress(job_id, int(state["done"]))
+        try:
+            ctx.store.update_progress(job_id, int(state["done"]), runner_id=me)
+        except JobNotOwnedError as exc:
+            log.error("job %s: progress not recorded: %s", job_id, exc)
         hooks.on_record(record)
 
     def stop_requested() -> bool:
-        now = time.monotonic()
         try:
-            if now - state["beat"] >= HEARTBEAT_EVERY_S:
-                state["beat"] = now
-                try:
-                    ctx.store.heartbeat(job_id, me)
-                except JobNotOwnedError:
-                    log.error("job %s is no longer owned by %s; stopping", job_id, me)
-                    state["lost"] = True
             cancel = ctx.store.is_cancel_requested(job_id)
         except DatabaseUnavailableError as exc:
             # A database restart must not cut a trial short: keep polling; the trial's
             # result is told once the database answers (or the job resumes if it does not).
             log.warning("job %s: cannot poll the database (%s); the trials in flight go on", job_id, exc)
-            state["beat"] = 0.0
             cancel = False
-        return bool(state["lost"]) or cancel or hooks.stop_requested()
+        return cancel or hooks.stop_requested()
 
     return RunHooks(on_record=on_record, on_start=hooks.on_start, stop_requested=stop_requested)
 

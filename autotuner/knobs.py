@@ -12,9 +12,12 @@ own example sets (``examples/grpo_trainer/run_qwen3_4b_fsdp.sh`` at v0.9.0).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
+
+from autotuner.domains import KIND_DOMAINS, Domain, refusal
 
 if TYPE_CHECKING:
     from autotuner.spec import Cluster, ModelArch, Workload
@@ -40,7 +43,9 @@ class SpaceContext:
 
 
 def _divisors(value: int) -> list[int]:
-    return [d for d in range(1, value + 1) if value % d == 0]
+    """The divisors of ``value`` in ascending order, in O(sqrt(value))."""
+    small = [d for d in range(1, math.isqrt(value) + 1) if value % d == 0]
+    return small + [value // d for d in reversed(small) if d * d != value]
 
 
 def _powers_of_two(low: int, high: int) -> list[int]:
@@ -116,6 +121,17 @@ class Knob:
     # The rollout engines verl passes the knob to; for the others it is not searched,
     # not exported and not accepted in a job's search section.
     engines: tuple[str, ...] = ("vllm", "sglang")
+    # The values verl (and its engines) accept at all; None: the kind's own
+    # (``domains.KIND_DOMAINS``: ints >= 1 within int32, any finite float, true/false).
+    domain: Domain | None = None
+
+    def refuses(self, value: Any, *, bound: bool = False) -> str | None:
+        """Why ``value`` is not a value of this knob (its type, its domain); None if it is.
+        ``bound``: the end of a search range (any number within the domain)."""
+        return refusal(
+            self.path, self.kind, self.domain or KIND_DOMAINS.get(self.kind, Domain()), value, bound=bound
+        )
+
     # Searched unless the job says otherwise; False: held at its baseline unless the job's
     # search section names it (a knob whose other values rarely pay, e.g. padded rows).
     searched_by_default: bool = True
@@ -167,6 +183,7 @@ _TABLE: list[Knob] = [
         0.5,
         vllm_arg="gpu_memory_utilization",
         sglang_arg="mem_fraction_static",
+        domain=Domain(low=0, high=1, low_open=True),
     ),
     Knob(
         R + "max_num_batched_tokens",
@@ -194,6 +211,7 @@ _TABLE: list[Knob] = [
         sglang_arg="chunked_prefill_size",
         hydra_plus=True,
         engines=("sglang",),
+        domain=Domain(low=1, high=2**31 - 1, special=(-1,)),  # -1: chunked prefill off
     ),
     Knob(
         R + "max_num_seqs",

@@ -40,6 +40,7 @@ class TrialStatus(str, Enum):
     INTERRUPTED = "interrupted"  # was running when the tuner process died; failed on resume
     RUNNING = "running"  # in flight now
     QUEUED = "queued"  # enqueued (a baseline, a retry, a composition) and not started yet
+    CANCELLED = "cancelled"  # stopped by the job's cancellation (or its end) while it ran or waited
 
     def __str__(self) -> str:
         return self.value

@@ -170,8 +170,8 @@ class JobRunner:
         """A job that failed before its run began (its spec no longer resolves, say) must
         not stay running: it would be requeued as an orphan and fail again, forever."""
         try:
-            self.ctx.store.finish(job_id, "failed", stop_reason="error", error=error)
+            self.ctx.store.finish(job_id, "failed", stop_reason="error", error=error, runner_id=runner_id())
         except JobStateError:
-            pass  # execute already recorded the end
+            pass  # execute already recorded the end, or the job is another runner's now
         except StorageError as exc:
             log.error("job %s: cannot record its failure: %s", job_id, exc)

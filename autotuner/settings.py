@@ -65,16 +65,40 @@ class Settings(BaseSettings):
     api_token: SecretStr | None = Field(default=None, description="Bearer token for the API.")
     host: str = Field(default="127.0.0.1", description="Address the API binds to.")
     port: int = Field(default=8000, ge=1, le=65535, description="Port the API binds to.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names requests may carry besides the bind address (and, bound to "
+        "loopback, localhost); a JSON list, e.g. '[\"tuner.example.org\"]', or '[\"*\"]' for any. "
+        "Other Host headers get 400 (DNS rebinding).",
+    )
     runner_concurrency: int = Field(
         default=1, ge=1, le=64, description="Jobs the service runs at once (the rest wait queued)."
     )
     orphan_after_s: float = Field(
         default=120.0,
-        ge=30,
-        description="A running job whose runner sent no heartbeat for this long is requeued.",
+        ge=5,
+        description="A running job whose runner sent no heartbeat for this long is requeued "
+        "(hosts sharing a database need clocks in sync well within it).",
+    )
+    heartbeat_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="How often a runner's heartbeat thread marks the jobs it holds alive; at "
+        "most a third of orphan_after_s.",
+    )
+    setup_gate: Path | None = Field(
+        default=None,
+        description="Testing aid: each job's set-up waits, after building its search space, "
+        "until this file exists (at most setup_gate_timeout_s). Unset in production.",
+    )
+    setup_gate_timeout_s: float = Field(
+        default=300.0, gt=0, description="The longest a set-up waits for setup_gate."
     )
     max_request_bytes: int = Field(
-        default=1_048_576, ge=1024, description="Largest request body the API accepts (413 above)."
+        default=4 * 1_048_576,
+        ge=1024,
+        description="Largest request body the API accepts (413 above); a spec holding a dataset's "
+        "300,000 measured lengths is about 1.6 MB of YAML.",
     )
     max_job_trials: int = Field(
         default=1000,
@@ -104,6 +128,16 @@ class Settings(BaseSettings):
             if not path.strip():
                 raise ValueError(f"{variable}__{engine.upper()} is empty; give a path or unset it")
         return value
+
+    @model_validator(mode="after")
+    def _heartbeat_within_orphan_window(self) -> Settings:
+        if self.heartbeat_s * 3 > self.orphan_after_s:
+            raise ValueError(
+                f"AUTOTUNER_HEARTBEAT_S={self.heartbeat_s:g} is more than a third of "
+                f"AUTOTUNER_ORPHAN_AFTER_S={self.orphan_after_s:g}: a live runner's job could be "
+                "taken for an orphan; lower the heartbeat or raise the orphan window"
+            )
+        return self
 
     @model_validator(mode="after")
     def _safe_bind(self) -> Settings:

@@ -15,10 +15,20 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
 
 from autotuner import catalog
 from autotuner.errors import SpecError, UnknownModelError
+from autotuner.model_config import config_problems
+from autotuner.yamlload import load_spec_yaml
 
 
 class _Model(BaseModel):
@@ -190,17 +200,30 @@ class ModelArch(_Model):
         return per_layer * n_layers + embed + lm_head + h
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a file could not be read, without its path (an OSError's message names it)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) if not isinstance(exc, OSError) else type(exc).__name__
+
+
 def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArch:
     """A catalog name, or a path to a config.json (or a folder holding one)."""
     config = catalog.lookup(name_or_path)
     if config is not None:
         return ModelArch(name=name_or_path, config=config)
-    path = Path(name_or_path).expanduser()
-    if models_dir is not None and not path.is_absolute():
-        path = models_dir / path
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
+    try:
+        path = Path(name_or_path).expanduser()
+        if models_dir is not None and not path.is_absolute():
+            path = models_dir / path
+        if path.is_dir():
+            path = path / "config.json"
+        found = path.is_file()
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a NUL byte, a loop
+        raise UnknownModelError(
+            "workload.model", f"cannot look up {name_or_path!r}: {_reason(exc)}"
+        ) from None
+    if not found:
         raise UnknownModelError(
             "workload.model",
             f"{name_or_path!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) "
@@ -208,27 +231,40 @@ def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArc
         )
     try:
         config = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise UnknownModelError("workload.model", f"cannot read {path}: {exc}") from exc
-    missing = [
-        k
-        for k in (
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "vocab_size",
-            "intermediate_size",
-        )
-        if k not in config
-    ]
-    if missing:
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UnknownModelError("workload.model", f"cannot read {name_or_path!r}: {_reason(exc)}") from None
+    if not isinstance(config, dict):
         raise UnknownModelError(
-            "workload.model", f"{path} lacks {', '.join(missing)}; give a decoder LM's config.json"
+            "workload.model", f"{name_or_path!r} holds a {type(config).__name__}, not a config.json mapping"
         )
+    problems = config_problems(config)
+    if problems:
+        raise UnknownModelError("workload.model", f"{name_or_path!r}: {'; '.join(problems)}")
     return ModelArch(name=path.parent.name or str(path), config=config)
 
 
 # --------------------------------------------------------------------------- workload
+
+
+# Validation context of a spec read back from the database to be shown or exported (not
+# run): the limits added since it was stored are not applied to it, so an old job stays
+# readable; ``jobs.JobContext.spec_of`` (a job about to run) applies them all.
+STORED = {"stored": True}
+
+
+def _stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
+
+
+def read_stored_spec(spec_json: str) -> JobSpec:
+    """A stored job's spec, to show or export (see ``STORED``)."""
+    return JobSpec.model_validate_json(spec_json, context=STORED)
+
+
+# The most requests (prompts x samples) in one PPO step a job may measure: the study draws
+# the step's lengths and plans its micro-batches request by request, so this bounds the work
+# and memory of every trial's preparation (verl's largest example recipes use 16,384).
+MAX_REQUESTS_PER_STEP = 262_144
 
 
 class Workload(_Model):
@@ -283,7 +319,16 @@ class Workload(_Model):
     )
 
     @model_validator(mode="after")
-    def _batch_rules(self) -> Workload:
+    def _batch_rules(self, info: ValidationInfo) -> Workload:
+        requests = self.train_batch_size * self.n
+        if requests > MAX_REQUESTS_PER_STEP and not _stored(info):
+            raise ValueError(
+                f"train_batch_size*n ({self.train_batch_size}*{self.n} = {requests}) exceeds the "
+                f"limit of {MAX_REQUESTS_PER_STEP} requests per step a job measures "
+                "(autotuner.spec.MAX_REQUESTS_PER_STEP); lower train_batch_size or n: throughput "
+                "per GPU depends on each GPU's share of the step, so a smaller step with the same "
+                "share per GPU (fewer GPUs) measures the same"
+            )
         if self.ppo_mini_batch_size > self.train_batch_size:
             raise ValueError(
                 f"ppo_mini_batch_size ({self.ppo_mini_batch_size}) must be <= train_batch_size "
@@ -519,7 +564,7 @@ class JobSpec(_Model):
     budget: Budget = Field(default_factory=Budget)
     memory_model: MemoryModelSettings = Field(default_factory=MemoryModelSettings)
     objectives: list[Objective] = Field(default_factory=_default_objectives, min_length=1, max_length=4)
-    baselines: dict[str, dict[str, Any]] = Field(
+    baselines: dict[Annotated[str, StringConstraints(min_length=1, max_length=128)], dict[str, Any]] = Field(
         default_factory=dict,
         max_length=16,
         description="Named configs (knob path -> value) measured first, besides verl's defaults, "
@@ -531,7 +576,8 @@ class JobSpec(_Model):
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed for lengths and the sampler.")
 
     @model_validator(mode="after")
-    def _cross_rules(self) -> JobSpec:
+    def _cross_rules(self, info: ValidationInfo) -> JobSpec:
+        from autotuner.domains import check_spec_values
         from autotuner.knobs import KNOBS  # the knob table depends on this module's types
 
         unknown = sorted(set(self.search) - set(KNOBS))
@@ -547,6 +593,8 @@ class JobSpec(_Model):
                     f"baselines.{name} names unknown knob(s) {', '.join(bad)}; "
                     "use knob paths from the search space"
                 )
+        if not _stored(info):
+            check_spec_values(self)
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")
@@ -576,10 +624,18 @@ class JobSpec(_Model):
         return arch
 
 
+def error_loc(err: Any) -> list[str | int]:
+    """Where a pydantic error item points, validator frames left out; a cross-field rule
+    that names its own place (``domains.KnobValueError.loc``) points there."""
+    loc = [p for p in err["loc"] if not str(p).startswith("function-")]
+    cause = (err.get("ctx") or {}).get("error")
+    return [*loc, *getattr(cause, "loc", ())]
+
+
 def _format_validation_error(exc: ValidationError) -> str:
     lines = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+    for err in exc.errors(include_url=False):
+        loc = ".".join(str(p) for p in error_loc(err))
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"{loc or '(job)'}: {msg}")
     return "; ".join(lines)
@@ -592,8 +648,8 @@ def parse_job_spec(data: Any) -> JobSpec:
     try:
         spec = JobSpec.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"]) or "(job)"
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in error_loc(first)) or "(job)"
         raise SpecError(field, _format_validation_error(exc)) from None
     spec.validate_model()
     return spec
@@ -607,7 +663,7 @@ def load_job_spec(path: str | Path) -> JobSpec:
     except OSError as exc:
         raise SpecError("(file)", f"cannot read {path}: {exc.strerror}") from exc
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
+        data = load_spec_yaml(text)
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise SpecError("(file)", f"{path} is not valid YAML/JSON: {exc}") from exc
     return parse_job_spec(data)

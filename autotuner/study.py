@@ -466,7 +466,7 @@ class StudyRunner:
         """Tell the outcome and learn from it; the trial's record."""
         pending = self._pending.pop(result.trial_id)
         record = self._teller.tell_result(pending.trial, pending.config, result, pending.predicted)
-        if record.status != TrialStatus.INFRA_ERROR:
+        if record.status not in (TrialStatus.INFRA_ERROR, TrialStatus.CANCELLED):
             if record.repeat_of is None:
                 self._state.known.setdefault(config_key(pending.config), record)
             if record.measured:

@@ -129,7 +129,7 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
     return sum(
         r.wall_s * (r.gpus or int(r.config.get(R + "tensor_model_parallel_size", 1)))
         for r in recs
-        if r.ran or r.status == TrialStatus.INFRA_ERROR
+        if r.ran or r.status in (TrialStatus.INFRA_ERROR, TrialStatus.CANCELLED)
     )
 
 

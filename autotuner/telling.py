@@ -8,7 +8,8 @@ explicitly:
 - ``oom``/``timeout``: COMPLETE with the worst objective values and constraint > 0, so
   constrained samplers learn the boundary.
 - ``error``: FAIL with the error kept (``ok`` without a value for an objective is one).
-- an error outside the config (``INFRA_ERROR_TYPES``): FAIL as ``infra_error``.
+- an error outside the config (``INFRA_ERROR_TYPES``): FAIL as ``infra_error``, or as
+  ``cancelled`` for a trial the job's cancellation (or its end) stopped.
 - never run: ``invalid`` (breaks a rule) FAIL; ``duplicate`` told the earlier trial's
   outcome (FAIL while that trial is in flight); ``predicted_oom``/``inferred_oom``
   COMPLETE with the worst values and constraint > 0, like an OOM.
@@ -41,7 +42,8 @@ from trials.types import TrialResult
 
 CONSTRAINT = "fits"
 # Failures that say nothing about the config (the machine or Ray failed, or the user
-# cancelled): recorded as ``infra_error``, not counted, and the config may run again.
+# cancelled): recorded as ``infra_error`` (``cancelled`` for a cancelled one), not counted,
+# and the config may run again.
 INFRA_ERROR_TYPES = frozenset(
     {
         "GpuNotClean",
@@ -81,7 +83,8 @@ class Teller:
         for key, value in attrs_for(result, config).items():
             trial.set_user_attr(key, value)
         if result.status == "error" and result.error_type in INFRA_ERROR_TYPES:
-            trial.set_user_attr("status", TrialStatus.INFRA_ERROR)
+            cancelled = result.error_type == "Cancelled"
+            trial.set_user_attr("status", TrialStatus.CANCELLED if cancelled else TrialStatus.INFRA_ERROR)
             return record_of(self.study.tell(trial, state=TrialState.FAIL))
         if predicted and self.memory_model is not None:
             trial.set_user_attr(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import re
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -23,6 +24,7 @@ from storage.models import FINISHED_STATUSES, JOB_STATUSES, JobRow, UTCDateTime
 from storage.records import JobRecord
 
 _logger = logging.getLogger(__name__)
+JOB_ID = re.compile(r"[0-9a-f]{32}")
 CANCELLED_STOP_REASON = "cancelled"
 
 
@@ -134,6 +136,7 @@ class JobStore:
             JobNotFoundError: no job has this id.
             JobStateError: the job is not queued (another runner claimed it, or it finished).
         """
+        _known_id(job_id)
         statement = _claim_statement(JobRow.id == job_id, runner_id, device)
 
         def work(session: Session) -> JobRecord:
@@ -153,6 +156,7 @@ class JobStore:
             JobNotOwnedError: the job is not running under ``runner_id`` (requeued as an
                 orphan, claimed by another runner, or finished): stop working on it.
         """
+        _known_id(job_id)
         statement = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "running", JobRow.runner_id == runner_id)
@@ -169,21 +173,32 @@ class JobStore:
 
         self._database.run_transaction(work)
 
-    def update_progress(self, job_id: str, trials_done: int, result_json: str | None = None) -> None:
+    def update_progress(
+        self, job_id: str, trials_done: int, result_json: str | None = None, runner_id: str | None = None
+    ) -> None:
         """Record the trials done so far and, if given, the result summary so far.
+
+        ``runner_id``, when given, must own the job (a runner that lost it records nothing).
 
         Raises:
             ValueError: ``trials_done`` is negative.
             JobNotFoundError: no job has this id.
-            JobStateError: the job is not running.
+            JobStateError: the job is not running (JobNotOwnedError: not under ``runner_id``).
         """
+        _known_id(job_id)
         if trials_done < 0:
             raise ValueError(f"trials_done={trials_done}: must be 0 or more")
         values: dict[str, Any] = {"trials_done": trials_done}
         if result_json is not None:
             values["result_json"] = result_json
-        statement = update(JobRow).where(JobRow.id == job_id, JobRow.status == "running").values(values)
-        self._database.run_transaction(lambda s: _require_updated(s, statement, job_id, "record progress of"))
+        where = [JobRow.id == job_id, JobRow.status == "running", *_owned_by(runner_id)]
+        statement = update(JobRow).where(*where).values(values)
+
+        def work(session: Session) -> None:
+            if _rowcount(session, statement) == 0:
+                raise _not_updated(_load(session, job_id), runner_id, "record progress of")
+
+        self._database.run_transaction(work)
 
     def finish(
         self,
@@ -192,16 +207,20 @@ class JobStore:
         stop_reason: str | None = None,
         error: str | None = None,
         result_json: str | None = None,
+        runner_id: str | None = None,
     ) -> JobRecord:
         """Move a queued or running job to ``status`` (succeeded, failed or cancelled).
 
-        ``result_json``, when given, replaces the stored result summary.
+        ``result_json``, when given, replaces the stored result summary. ``runner_id``, when
+        given, must own the job: only its runner may end a running job it holds.
 
         Raises:
             ValueError: ``status`` is not a finished status.
             JobNotFoundError: no job has this id.
             JobStateError: the job already finished.
+            JobNotOwnedError: ``runner_id`` is given and the job is not running under it.
         """
+        _known_id(job_id)
         if status not in FINISHED_STATUSES:
             raise ValueError(f"status={status!r}: must be one of {', '.join(FINISHED_STATUSES)}")
         values: dict[str, Any] = {
@@ -212,9 +231,12 @@ class JobStore:
         }
         if result_json is not None:
             values["result_json"] = result_json
+        unfinished = (
+            JobRow.status.in_(("queued", "running")) if runner_id is None else JobRow.status == "running"
+        )
         statement = (
             update(JobRow)
-            .where(JobRow.id == job_id, JobRow.status.in_(("queued", "running")))
+            .where(JobRow.id == job_id, unfinished, *_owned_by(runner_id))
             .values(values)
             .returning(JobRow)
         )
@@ -222,8 +244,7 @@ class JobStore:
         def work(session: Session) -> JobRecord:
             record = _returning_one(session, statement)
             if record is None:
-                row = _load(session, job_id)
-                raise errors.JobStateError(f"job {job_id} already finished as {row.status}")
+                raise _not_updated(_load(session, job_id), runner_id, "finish")
             return record
 
         return self._database.run_transaction(work)
@@ -236,6 +257,7 @@ class JobStore:
             JobNotFoundError: no job has this id.
             JobNotOwnedError: the job is not running under ``runner_id``.
         """
+        _known_id(job_id)
         statement = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "running", JobRow.runner_id == runner_id)
@@ -260,6 +282,7 @@ class JobStore:
         Raises:
             JobNotFoundError: no job has this id.
         """
+        _known_id(job_id)
         cancel_queued = (
             update(JobRow)
             .where(JobRow.id == job_id, JobRow.status == "queued")
@@ -342,6 +365,7 @@ class JobStore:
             StorageError: the job is deleted but its study could not be (the message names
                 the study so that it can be removed with ``optuna.delete_study``).
         """
+        _known_id(job_id)
         statement = (
             sql_delete(JobRow)
             .where(JobRow.id == job_id, JobRow.status != "running")
@@ -397,6 +421,7 @@ def _claim_statement(which: ColumnElement[bool], runner_id: str, device: str | N
 
 
 def _load(session: Session, job_id: str) -> JobRow:
+    _known_id(job_id)
     row = session.get(JobRow, job_id)
     if row is None:
         raise errors.JobNotFoundError(job_id)
@@ -413,7 +438,24 @@ def _rowcount(session: Session, statement: Update) -> int:
     return result.rowcount  # type: ignore[attr-defined]
 
 
-def _require_updated(session: Session, statement: Update, job_id: str, action: str) -> None:
-    if _rowcount(session, statement) == 0:
-        row = _load(session, job_id)
-        raise errors.JobStateError(f"cannot {action} job {job_id}: it is {row.status}, not running")
+def _known_id(job_id: str) -> None:
+    """A job id is ``uuid4().hex``: anything else names no job, and never reaches the
+    database (PostgreSQL refuses a NUL byte in a parameter with an error, not a miss)."""
+    if not JOB_ID.fullmatch(job_id):
+        raise errors.JobNotFoundError(job_id[:100])
+
+
+def _owned_by(runner_id: str | None) -> list[ColumnElement[bool]]:
+    return [] if runner_id is None else [JobRow.runner_id == runner_id]
+
+
+def _not_updated(row: JobRow, runner_id: str | None, action: str) -> errors.JobStateError:
+    """Why a conditional update of ``row`` changed nothing."""
+    if row.status in FINISHED_STATUSES:
+        return errors.JobStateError(f"cannot {action} job {row.id}: it already finished as {row.status}")
+    if runner_id is not None and (row.status != "running" or row.runner_id != runner_id):
+        return errors.JobNotOwnedError(
+            f"cannot {action} job {row.id}: it is {row.status} and owned by {row.runner_id!r}, "
+            f"not by {runner_id!r}"
+        )
+    return errors.JobStateError(f"cannot {action} job {row.id}: it is {row.status}, not running")

@@ -66,6 +66,26 @@ _FIND_PACKAGE = (
 )
 
 
+# A trial's scratch folder: ``<temp dir>/trial-<trial id>-<random>``, removed when the trial
+# ends; a trial whose Ray task was killed (a cancelled job) leaves it to ``remove_scratch``.
+SCRATCH_PREFIX = "trial-"
+
+
+def scratch_dirs(trial_id: str) -> list[Path]:
+    """This host's scratch folders of trial ``trial_id``, or of every trial whose id starts
+    with ``trial_id + "-"`` (a job's study name: its trials are ``<study>-<number>``)."""
+    root = Path(tempfile.gettempdir())
+    return [p for p in root.glob(f"{SCRATCH_PREFIX}{trial_id}-*") if p.is_dir() and not p.is_symlink()]
+
+
+def remove_scratch(trial_id: str) -> int:
+    """Remove ``scratch_dirs(trial_id)``; how many there were."""
+    found = scratch_dirs(trial_id)
+    for path in found:
+        shutil.rmtree(path, ignore_errors=True)
+    return len(found)
+
+
 def launch_trial(
     spec: TrialSpec,
     timeout_s: float,
@@ -78,7 +98,7 @@ def launch_trial(
     ``env`` adds variables to this process's environment for the trial. Never raises
     for a trial's failure; see the module docstring for the statuses.
     """
-    workdir = Path(tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-"))
+    workdir = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{spec.trial_id}-"))
     try:
         return _launch(spec, timeout_s, python, env or {}, grace_s, workdir)
     finally:
@@ -109,6 +129,9 @@ def _launch(
         str(progress_path),
     ]
     child_env = _child_env(extra_env)
+    # Whatever the trial and its engine write to temporary files (the dummy model, the
+    # engine's IPC sockets) lands in its scratch folder and goes with it.
+    child_env["TMPDIR"] = str(workdir)
     if "rollout" in spec.phases and spec.rollout.engine in BACKENDS:
         missing = engine_importable(spec.rollout.engine, python, extra_env, cwd=workdir)
         if missing is not None:  # every trial of this environment would fail alike: nothing ran

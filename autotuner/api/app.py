@@ -17,6 +17,7 @@ from fastapi_offline import FastAPIOffline
 
 from autotuner import __version__
 from autotuner.api import errors, web
+from autotuner.api.hosts import HostCheck
 from autotuner.api.limits import BodySizeLimit
 from autotuner.api.routes import jobs, system
 from autotuner.api.schemas import JobCreate
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings or get_settings()
     app.add_middleware(BodySizeLimit, max_bytes=app.state.settings.max_request_bytes)
+    app.add_middleware(HostCheck, settings=app.state.settings)  # added last: runs first
     errors.install(app)
     app.include_router(system.router)
     app.include_router(jobs.router)

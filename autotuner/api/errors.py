@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import exc as sa_exc
 
 from autotuner.errors import AutotunerError, ExportError, JobBusyError, SpecError
+from autotuner.spec import error_loc
 from storage import (
     DatabaseUnavailableError,
     JobNotFoundError,
@@ -80,8 +81,8 @@ class InvalidInputError(AutotunerError):
     @classmethod
     def from_validation(cls, exc: ValidationError, prefix: Loc) -> InvalidInputError:
         items = []
-        for err in exc.errors(include_url=False, include_input=False, include_context=False):
-            loc = [p for p in err["loc"] if not str(p).startswith("function-")]
+        for err in exc.errors(include_url=False, include_input=False):
+            loc = error_loc(err)
             items.append(
                 {"loc": [*prefix, *loc], "msg": err["msg"].removeprefix("Value error, "), "type": err["type"]}
             )

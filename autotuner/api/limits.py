@@ -23,10 +23,10 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None:
             if not declared.isdigit():
-                await _reply(send, 400, f"Content-Length {declared!r} is not a byte count", "Content-Length")
+                await reply(send, 400, f"Content-Length {declared!r} is not a byte count", "Content-Length")
                 return
             if int(declared) > self.max_bytes:
                 await self._too_large(send, int(declared))
@@ -59,7 +59,7 @@ class BodySizeLimit:
 
     async def _too_large(self, send: Send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else "more than that"
-        await _reply(
+        await reply(
             send,
             413,
             f"request body too large: {size}; the limit is {self.max_bytes} "
@@ -68,14 +68,14 @@ class BodySizeLimit:
         )
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope.get("headers", []):
         if key.lower() == name:
             return value.decode("latin-1").strip()
     return None
 
 
-async def _reply(send: Send, status: int, detail: str, field: str) -> None:
+async def reply(send: Send, status: int, detail: str, field: str) -> None:
     payload: dict[str, Any] = {"detail": detail, "field": field}
     body = json.dumps(payload).encode()
     await send(

@@ -139,7 +139,7 @@ class TrialPublic(BaseModel):
     number: int
     status: TrialStatus = Field(
         description="ok, oom, error, timeout (measured); invalid, duplicate, "
-        "predicted_oom, inferred_oom (never run); infra_error, interrupted, "
+        "predicted_oom, inferred_oom (never run); infra_error, cancelled, interrupted, "
         "running or queued."
     )
     feasible: bool = Field(description="Measured successfully (status ok).")

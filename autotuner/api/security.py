@@ -1,7 +1,7 @@
 """The bearer token: required for every write once a token is set, and for reads too when
 the service is bound to a non-loopback address (where Settings insists on a token).
 
-Tokens are compared in constant time and never logged.
+Tokens are compared as UTF-8 bytes, in constant time, and never logged.
 """
 
 from __future__ import annotations
@@ -28,8 +28,10 @@ def _check(settings: Settings, credentials: HTTPAuthorizationCredentials | None)
             field="Authorization",
             headers=_CHALLENGE,
         )
-    given = credentials.credentials.encode()
-    if not hmac.compare_digest(given, settings.api_token.get_secret_value().encode()):
+    # The server reads header bytes as Latin-1: back to those bytes, compared with the token's
+    # UTF-8 (what a client sends for a non-ASCII token).
+    given = credentials.credentials.encode("latin-1", errors="replace")
+    if not hmac.compare_digest(given, settings.api_token.get_secret_value().encode("utf-8")):
         raise UnauthorizedError(
             "wrong bearer token: the Authorization header does not carry the service's AUTOTUNER_API_TOKEN",
             field="Authorization",

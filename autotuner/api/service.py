@@ -18,9 +18,10 @@ from autotuner.api.submission import parse_body, validate_job
 from autotuner.export import to_overrides, to_yaml
 from autotuner.jobs import JobContext
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
-from autotuner.spec import JobSpec
+from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
 from storage import JobRecord
+from trials.launcher import remove_scratch
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class JobService:
                 "then delete it"
             )
         self.ctx.store.delete(job_id)
+        remove_scratch(job.study_name)  # what killed trials left on this host
 
     # ------------------------------------------------------------------ trials
 
@@ -178,7 +180,7 @@ class JobService:
     def _view(self, job: JobRecord) -> JobView:
         # The stored spec was validated at submission (its model path resolved then): read it
         # back without resolving the model again, so a moved model file breaks no read.
-        spec = JobSpec.model_validate_json(job.spec_json)
+        spec = read_stored_spec(job.spec_json)
         records, attrs = self._study(job.study_name)
         cap = spec.cluster.device_memory_gib
         return JobView(job, spec, records, cap if cap is not None else attrs.get(MEMORY_CAP))

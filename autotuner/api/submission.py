@@ -20,17 +20,19 @@ from pydantic import ValidationError
 from autotuner import catalog
 from autotuner.api.errors import InvalidInputError, UnsupportedMediaTypeError, spec_error_loc
 from autotuner.errors import InfeasibleSpaceError, SpecError
-from autotuner.jobs import build_space, resolve_device
+from autotuner.jobs import build_space, check_capacity, resolve_device
 from autotuner.knobs import KNOBS
 from autotuner.settings import Settings
 from autotuner.spec import JobSpec
+from autotuner.yamlload import load_spec_yaml
 
 log = logging.getLogger(__name__)
 
 JSON_TYPES = ("application/json",)
 YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
-# A YAML document can alias one node many times; walking it must stay bounded.
-MAX_NODES = 200_000
+# A YAML document can alias one node many times; walking it must stay bounded. A spec holds
+# at most a few measured length lists (``ListLengths``: up to 1,000,000 values each).
+MAX_NODES = 2_500_000
 
 
 def parse_body(body: bytes, content_type: str | None) -> Any:
@@ -51,36 +53,73 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
     try:
         if media in JSON_TYPES:
             return json.loads(text)
-        return yaml.safe_load(text)
+        return load_spec_yaml(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError.at(["body"], f"invalid JSON: {exc}", "json_invalid") from None
     except yaml.YAMLError as exc:
         raise InvalidInputError.at(["body"], f"invalid YAML: {exc}", "yaml_invalid") from None
     except RecursionError:
         raise InvalidInputError.at(["body"], "the document is nested too deeply") from None
+    except ValueError as exc:  # an integer literal past Python's digit limit
+        raise InvalidInputError.at(["body"], f"a literal the service cannot read: {exc}") from None
 
 
 def _check_document(document: Any) -> None:
-    """Refuse non-finite numbers (NaN, inf) and documents too big to walk."""
+    """Refuse documents too big to walk, non-finite numbers (NaN, inf), and text that is not
+    Unicode (a JSON escape of half a surrogate pair), which no database column stores."""
     count = 0
     stack: list[tuple[list[str | int], Any]] = [(["body"], document)]
     while stack:
         loc, node = stack.pop()
-        count += 1
+        count += 1 + (len(node) if isinstance(node, list) and _plain_ints(node) else 0)
         if count > MAX_NODES:
             raise InvalidInputError.at(
                 ["body"], f"the document has more than {MAX_NODES} values; a job spec is far smaller"
             )
         if isinstance(node, float) and not math.isfinite(node):
             raise InvalidInputError.at(loc, f"{node} is not a finite number", "finite_number")
-        if isinstance(node, dict):
+        if isinstance(node, str):
+            _check_text(loc, node)
+            if "\x00" in node:
+                raise InvalidInputError.at(loc, "the text holds a NUL character; leave it out")
+        elif isinstance(node, dict):
+            for key in node:
+                _check_text([*loc, _printable(str(key))], key)
+                if isinstance(key, str) and "\x00" in key:
+                    raise InvalidInputError.at(loc, f"the key {_printable(key)!r} holds a NUL character")
             stack.extend(([*loc, str(k)], v) for k, v in node.items())
-        elif isinstance(node, list):
+        elif isinstance(node, list) and not _plain_ints(node):
             stack.extend(([*loc, i], v) for i, v in enumerate(node))
 
 
+def _plain_ints(values: list[Any]) -> bool:
+    """A list of integers only (a measured length list): counted at C speed, not walked."""
+    return all(type(v) is int for v in values)
+
+
+def _check_text(loc: list[str | int], text: Any) -> None:
+    if isinstance(text, str) and not _encodable(text):
+        raise InvalidInputError.at(
+            loc, "the text holds a lone surrogate escape (\\ud800-\\udfff); send Unicode"
+        )
+
+
+def _printable(text: str) -> str:
+    """``text`` as an error may quote it: a lone surrogate as its escape."""
+    return text if _encodable(text) else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
-    """A model path must resolve (symlinks too) inside ``models_dir``; stored absolute."""
+    """A model path must resolve (symlinks too) inside ``models_dir``; stored absolute.
+    Messages name the path as the client gave it, never where it lies on the server."""
     model = spec.workload.model
     if catalog.lookup(model) is not None:
         return spec
@@ -94,25 +133,28 @@ def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
                 "directory: set AUTOTUNER_MODELS_DIR on the service"
             ),
         )
-    root = models_dir.expanduser().resolve()
     try:
+        root = models_dir.expanduser().resolve()
         path = (root / Path(model).expanduser()).resolve()
-    except (OSError, RuntimeError, ValueError) as exc:
-        raise InvalidInputError.at(loc, f"cannot resolve {model!r}: {exc}") from None
-    if not path.is_relative_to(root):
+        inside = path.is_relative_to(root)
+        found = inside and (path.is_file() or (path / "config.json").is_file())
+    except (OSError, RuntimeError, ValueError) as exc:  # too long, a NUL byte, a symlink loop
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise InvalidInputError.at(loc, f"cannot resolve {model!r}: {why}") from None
+    if not inside:
         raise InvalidInputError.at(
             loc,
             (
-                f"{model!r} resolves to {path}, outside the models directory {root} "
-                "(AUTOTUNER_MODELS_DIR); give a path inside it"
+                f"{model!r} resolves outside the models directory (AUTOTUNER_MODELS_DIR); "
+                "give a path inside it"
             ),
         )
-    if not (path.is_file() or (path / "config.json").is_file()):
+    if not found:
         raise InvalidInputError.at(
             loc,
             (
                 f"{model!r} is neither a built-in model ({', '.join(catalog.catalog_names())}) nor "
-                f"a config.json (or a folder holding one) in the models directory {root}"
+                "a config.json (or a folder holding one) in the models directory (AUTOTUNER_MODELS_DIR)"
             ),
         )
     workload = spec.workload.model_copy(update={"model": str(path)})
@@ -164,12 +206,16 @@ def validate_job(document: Any, settings: Settings) -> JobSpec:
     except ValidationError as exc:
         raise InvalidInputError.from_validation(exc, ["body"]) from None
     _within_caps(spec, settings)
+    given = spec.workload.model
     spec = _within_models_dir(spec, settings.models_dir)
     search_keys = list(spec.search)
     try:
-        build_space(spec, resolve_device(spec), settings)
+        space = build_space(spec, resolve_device(spec), settings)
+        check_capacity(spec, space, settings)
     except SpecError as exc:
-        raise InvalidInputError.at(spec_error_loc(exc, search_keys), exc.message) from None
+        # The model was looked up at its place on the server: name it as the client did.
+        message = exc.message.replace(spec.workload.model, given)
+        raise InvalidInputError.at(spec_error_loc(exc, search_keys), message) from None
     except InfeasibleSpaceError as exc:
         raise InvalidInputError.at(["body", "search"], str(exc)) from None
     except (ValueError, TypeError, ArithmeticError) as exc:

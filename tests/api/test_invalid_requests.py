@@ -58,7 +58,7 @@ INVALID_JOBS = {
     "value verl rejects": (
         _with("search", **{R + "gpu_memory_utilization": 3.0}),
         ["body", "search", R + "gpu_memory_utilization", "fixed"],
-        "outside (0, 1]",
+        "not in its domain: a number in (0, 1]",
     ),
     "choice verl rejects": (
         _with("search", **{MB: [1, 3]}),
@@ -315,8 +315,11 @@ def test_storage_unavailable_is_503(tmp_path) -> None:
     app = create_app(settings)
     database = Database(settings.resolved_database_url, retry_backoff_s=0.01)
     app.state.service = JobService(JobContext(settings, database, JobStore(database)))
-    client = TestClient(app)  # no lifespan: the service above stands in for the real one
-    for path in ("/healthz", "/v1/jobs", "/v1/jobs/abc", "/v1/jobs/abc/trials"):
+    client = TestClient(
+        app, base_url="http://127.0.0.1"
+    )  # no lifespan: the service above stands in for the real one
+    job = "0" * 32  # a well-formed id: one that is not never reaches the database
+    for path in ("/healthz", "/v1/jobs", f"/v1/jobs/{job}", f"/v1/jobs/{job}/trials"):
         response = client.get(path)
         assert response.status_code == 503, (path, response.text)
         assert response.json()["detail"].startswith("storage unavailable:")

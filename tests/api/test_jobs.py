@@ -6,11 +6,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 
 import pytest
 import yaml
 
 from autotuner.export import VERL_KEYS, load_exported_yaml
+from trials.launcher import scratch_dirs
 
 from .conftest import MEASURED, REPO, TOKEN, A, submit, train_job, trials_of, wait_for
 
@@ -201,6 +205,13 @@ def test_cancel_stops_a_running_job_and_keeps_what_it_measured(api, models_dir) 
     refused = api.delete(f"/v1/jobs/{job_id}")
     assert refused.status_code == 409 and "cancel" in refused.json()["detail"]
     before = {t["number"]: t for t in trials_of(api, job_id) if t["status"] in MEASURED}
+    # Cancel while a trial runs (its scratch folder exists): it is recorded as cancelled.
+    deadline = time.monotonic() + 60
+    while not (running := [t for t in trials_of(api, job_id) if t["status"] == "running"]) or not (
+        scratch_dirs(f"job-{job_id}")
+    ):
+        assert time.monotonic() < deadline, "no trial of the job was seen running"
+        time.sleep(0.05)
 
     cancelled = api.post(f"/v1/jobs/{job_id}/cancel")
     assert cancelled.status_code == 200 and cancelled.json()["cancel_requested"] is True
@@ -212,10 +223,18 @@ def test_cancel_stops_a_running_job_and_keeps_what_it_measured(api, models_dir) 
         assert after[number]["metrics"] == trial["metrics"]
     assert not [t for t in after.values() if t["status"] == "running"]
     assert job["trials_done"] < 40
+    assert not [t for t in after.values() if t["status"] == "infra_error"], after
+    assert after[running[0]["number"]]["status"] in (*MEASURED, "cancelled")
+    assert scratch_dirs(f"job-{job_id}") == []  # the killed trial's folder went with it
 
     again = api.post(f"/v1/jobs/{job_id}/cancel")  # a finished job stays as it is
     assert again.status_code == 200 and again.json()["status"] == "cancelled"
+    # What a trial whose worker was killed on this host would leave: deleted with the job.
+    left = Path(tempfile.gettempdir()) / f"trial-job-{job_id}-7-leftover"
+    (left / "engine").mkdir(parents=True)
+    assert scratch_dirs(f"job-{job_id}") == [left]
     assert api.delete(f"/v1/jobs/{job_id}").status_code == 204
+    assert not left.exists()
     assert api.get(f"/v1/jobs/{job_id}/trials").status_code == 404
 
 

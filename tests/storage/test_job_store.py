@@ -166,6 +166,23 @@ def test_finish_records_the_outcome_once(store: JobStore) -> None:
         store.finish("nope", "succeeded")
 
 
+def test_only_the_owner_ends_or_advances_a_job_it_holds(store: JobStore) -> None:
+    job = _running(store, runner_id="runner-1")
+    # Requeued as an orphan and claimed by another runner: the first one can no longer end it.
+    store.release(job.id, "runner-1")
+    store.claim(job.id, "runner-2")
+    with pytest.raises(JobNotOwnedError, match="owned by 'runner-2', not by 'runner-1'"):
+        store.finish(job.id, "cancelled", runner_id="runner-1")
+    with pytest.raises(JobNotOwnedError, match="owned by 'runner-2'"):
+        store.update_progress(job.id, 3, runner_id="runner-1")
+    assert (store.get(job.id).status, store.get(job.id).trials_done) == ("running", 0)
+    store.update_progress(job.id, 2, runner_id="runner-2")
+    done = store.finish(job.id, "succeeded", runner_id="runner-2")
+    assert (done.status, done.trials_done) == ("succeeded", 2)
+    with pytest.raises(JobStateError, match="already finished as succeeded"):
+        store.finish(job.id, "failed", runner_id="runner-2")
+
+
 def test_cancel_of_a_queued_job_takes_effect_at_once(store: JobStore) -> None:
     job = store.create("a", SPEC, trials_total=1)
 

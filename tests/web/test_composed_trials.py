@@ -34,7 +34,7 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     runner.enqueue_baseline()
     runner.run()
 
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://127.0.0.1")
     trials = client.get(f"/v1/jobs/{job.id}/trials").json()["data"]
     exploring = [t for t in trials if t["explores_with"] is not None]
     assert [t["number"] for t in exploring] == [1, 2, 3], [(t["number"], t["status"]) for t in trials]

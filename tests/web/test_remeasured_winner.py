@@ -44,7 +44,7 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     winner = runs_of(result.records)[summary.best]
     assert winner.n == 3
 
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://127.0.0.1")
     shown = client.get(f"/v1/jobs/{job.id}").json()["best"]
     assert shown["number"] == summary.best and shown["runs"]["runs"] == 3
     assert shown["throughput_tokens_per_s_per_gpu"] == winner.median

@@ -111,7 +111,7 @@ def _client(tmp_path: Path, **settings: Any) -> tuple[TestClient, JobContext]:
     app = create_app(config)
     ctx = JobContext.open(config)
     app.state.service = JobService(ctx)
-    return TestClient(app), ctx
+    return TestClient(app, base_url="http://127.0.0.1"), ctx
 
 
 def test_jobs_newest_first_and_a_token_field_when_the_service_has_a_token(tmp_path: Path) -> None:
