@@ -105,13 +105,17 @@ class Baselines(ProposalSource):
         named = [(DEFAULTS_BASELINE, base), (example.name, base | example.config)] + [
             (name, base | config) for name, config in state.spec.baselines.items()
         ]
-        out = []
+        out: list[Proposal] = []
         for name, config in named:
             params = {
                 p: config[p]
                 for p, values in state.space.searched.items()
                 if p in config and config[p] in values
             }
+            same = next((p.attrs["baseline"] for p in out if p.params == params), None)
+            if same is not None:  # e.g. the example's knobs are fixed by the job to the defaults'
+                log.info("baseline %s: the same config as %s within this job's space", name, same)
+                continue
             ignored = sorted(p for p in state.spec.baselines.get(name, {}) if p not in params)
             if ignored:
                 log.warning(

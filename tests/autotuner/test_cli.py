@@ -36,6 +36,7 @@ JOB = {
         R + "max_num_seqs": 8,
         R + "gpu_memory_utilization": 0.5,
         R + "max_num_batched_tokens": 1024,
+        R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
         A + "use_dynamic_bsz": False,
     },
     "budget": {"max_trials": 2, "trial_timeout_s": 240},

@@ -114,10 +114,12 @@ def tuner_rss_bytes() -> int:
 def run_job(
     tmp_path: Path, spec_doc: dict[str, Any], procs: TrialProcesses, actions: dict[int, Callable[[str], None]]
 ) -> tuple[Any, dict[int, TrialRecord], dict]:
-    """Run a job to its end; ``actions[n](trial_id)`` runs in a thread when trial n starts.
+    """Run a job to its end; ``actions[n](trial_id)`` runs in a thread when the n-th trial
+    to launch starts (proposals told as duplicates launch nothing and take no place).
 
-    Returns the summary, the recorded trials by number, and what was seen as each trial was
-    recorded (before the next one starts): its processes still alive, the tuner's memory."""
+    Returns the summary, the recorded launched trials by launch order, and what was seen as
+    each was recorded (before the next one starts): its processes still alive, the tuner's
+    memory."""
     settings = Settings(data_dir=tmp_path / "data", ray_num_cpus=2)
     ctx = JobContext.open(settings)
     job = ctx.submit(parse_job_spec(spec_doc))
@@ -127,16 +129,22 @@ def run_job(
     ids: dict[int, str] = {}
     threads: list[threading.Thread] = []
 
+    order: dict[int, int] = {}  # trial number -> launch order
+
     def on_start(number: int, trial_id: str) -> None:
         ids[number] = trial_id
-        if number in actions:
-            thread = threading.Thread(target=actions[number], args=(trial_id,), daemon=True)
+        k = order.setdefault(number, len(order))
+        if k in actions:
+            thread = threading.Thread(target=actions[k], args=(trial_id,), daemon=True)
             threads.append(thread)
             thread.start()
 
     def on_record(record: TrialRecord) -> None:
-        checks[record.number] = {"alive": procs.alive(ids[record.number]), "rss": tuner_rss_bytes()}
-        recorded[record.number] = record
+        k = order.get(record.number)
+        if k is None:  # told without running (a duplicate)
+            return
+        checks[k] = {"alive": procs.alive(ids[record.number]), "rss": tuner_rss_bytes()}
+        recorded[k] = record
 
     try:
         summary = execute(ctx, job.id, RunHooks(on_record=on_record, on_start=on_start))

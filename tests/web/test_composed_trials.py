@@ -23,7 +23,7 @@ ROLLOUT = (GMU, SEQS)
 
 def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the_api(tmp_path: Path) -> None:
     """On this landscape the study pairs each of its 4 rollout settings with verl's defaults'
-    train side first (the best one here, so no composition beats them afterwards: the
+    train side right after the baselines (the best one here, so no composition beats them afterwards: the
     compositions' own record is tested in tests/autotuner/test_compose.py)."""
     landscape = Landscape.load(LANDSCAPE)
     data = landscape.spec.model_dump(mode="json")
@@ -37,8 +37,12 @@ def test_a_trial_run_to_try_a_new_rollout_setting_says_so_on_the_page_and_in_the
     client = TestClient(app, base_url="http://127.0.0.1")
     trials = client.get(f"/v1/jobs/{job.id}/trials").json()["data"]
     exploring = [t for t in trials if t["explores_with"] is not None]
-    assert [t["number"] for t in exploring] == [1, 2, 3], [(t["number"], t["status"]) for t in trials]
-    assert {json.dumps({k: t["config"][k] for k in ROLLOUT}) for t in trials[:4]} == {
+    baselines = len([t for t in trials if t["baseline"]])  # verl's defaults and its example
+    assert baselines >= 1 and trials[0]["baseline"] == "verl-v0.9-defaults"
+    expected = list(range(baselines, baselines + 3))
+    assert [t["number"] for t in exploring] == expected, [(t["number"], t["status"]) for t in trials]
+    firsts = [trials[0]] + exploring  # the defaults' rollout setting, then the three others
+    assert {json.dumps({k: t["config"][k] for k in ROLLOUT}) for t in firsts} == {
         json.dumps({GMU: g, SEQS: n}) for g in (0.5, 0.8) for n in (256, 1024)
     }
     page = client.get(f"/jobs/{job.id}").text

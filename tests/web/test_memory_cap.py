@@ -27,7 +27,7 @@ def test_the_page_shows_the_cap_the_jobs_trials_ran_under(tmp_path: Path) -> Non
     spec = JobSpec.model_validate(data)
     assert spec.cluster.device_memory_gib is None and not hardware.gpus()  # none here to read
     app, job, study = app_with_job(tmp_path, spec)
-    client = TestClient(app)
+    client = TestClient(app, base_url="http://127.0.0.1")
     cap = f"memory cap {web.fmt(landscape.memory_cap_gib)} GiB"
     assert cap not in client.get(f"/jobs/{job.id}").text  # not run yet: no cap known
 
