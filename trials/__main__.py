@@ -51,13 +51,9 @@ def _guard_process_group() -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, kill_group)
-    try:
-        import ctypes
+    from trials.launcher import sigterm_when_parent_dies
 
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux/glibc: the launcher's own cleanup still applies
+    sigterm_when_parent_dies()
     if os.getppid() == 1:  # the parent died before prctl took effect
         kill_group(signal.SIGTERM, None)
     _watch_parent(kill_group)

@@ -369,3 +369,15 @@ def kill_session(proc: subprocess.Popen[bytes], grace_s: float) -> None:
     """Kill every process in the session ``proc`` leads (started with ``start_new_session``):
     SIGTERM, SIGKILL after ``grace_s``; reaps ``proc``. For other launchers (``trials.verl``)."""
     _kill_session(proc, grace_s)
+
+
+def sigterm_when_parent_dies() -> None:
+    """Ask the kernel for SIGTERM when this process's parent dies (Linux, glibc); elsewhere
+    the launcher's own clean-up still applies."""
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

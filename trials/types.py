@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 WorkerStatus = Literal["ok", "oom", "error", "timeout"]
 # Where a failure can happen, in the order a co-located step runs them (see trials.runner):
@@ -30,6 +30,28 @@ PHASES: tuple[str, ...] = (
     "update_actor",
     "engine_wake",
 )
+
+
+_J = TypeVar("_J", bound="JsonData")
+
+
+class JsonData:
+    """JSON for a plain dataclass: ``to_dict``/``to_json`` and back (``from_dict`` takes the
+    fields as they are; a class with nested dataclasses overrides it)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(cast(Any, self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls: type[_J], data: dict[str, Any]) -> _J:
+        return cls(**data)
+
+    @classmethod
+    def from_json(cls: type[_J], text: str) -> _J:
+        return cls.from_dict(json.loads(text))
 
 
 @dataclass
@@ -80,7 +102,7 @@ class TrainKnobs:
 
 
 @dataclass
-class TrialSpec:
+class TrialSpec(JsonData):
     """One configuration to benchmark, with the workload it is measured on.
 
     Lengths are drawn by the control plane (seeded), so every trial of a job sees the
@@ -147,12 +169,6 @@ class TrialSpec:
     # after the engine's start-up and the whole rollout.
     train_probe: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialSpec:
         data = dict(data)
@@ -160,13 +176,9 @@ class TrialSpec:
         data["train"] = TrainKnobs(**data.get("train", {}))
         return cls(**data)
 
-    @classmethod
-    def from_json(cls, text: str) -> TrialSpec:
-        return cls.from_dict(json.loads(text))
-
 
 @dataclass
-class TrialResult:
+class TrialResult(JsonData):
     """What a trial measured, or how it failed.
 
     ``status`` is ``ok`` only when every requested phase ran to completion. On a
@@ -209,17 +221,3 @@ class TrialResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> TrialResult:
-        return cls.from_dict(json.loads(text))

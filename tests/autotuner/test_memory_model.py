@@ -42,10 +42,10 @@ def h200():
     return spec, spec.validate_model(), trials
 
 
-def _errors_pct(model: MemoryModel, trial: TrialRecord) -> dict[str, float]:
+def _errors_pct(model: MemoryModel, trial: TrialRecord, engine: bool = True) -> dict[str, float]:
     predicted = model.predict(trial.config).phases
     return {
-        p: 100 * (predicted[p] - m) / m for p, m in measured_phases(trial, True).items() if p in predicted
+        p: 100 * (predicted[p] - m) / m for p, m in measured_phases(trial, engine).items() if p in predicted
     }
 
 
@@ -94,13 +94,6 @@ def cpu_landscape():
     return spec, spec.validate_model(), trials
 
 
-def _cpu_errors_pct(model: MemoryModel, trial: TrialRecord) -> dict[str, float]:
-    predicted = model.predict(trial.config).phases
-    return {
-        p: 100 * (predicted[p] - m) / m for p, m in measured_phases(trial, False).items() if p in predicted
-    }
-
-
 def test_calibrated_on_the_earlier_trials_it_predicts_the_next_within_12_percent(cpu_landscape) -> None:
     spec, arch, trials = cpu_landscape
     model = MemoryModel(spec, arch, "cpu", 2.0)
@@ -108,7 +101,7 @@ def test_calibrated_on_the_earlier_trials_it_predicts_the_next_within_12_percent
     for i, trial in enumerate(trials):
         model.calibrate(trials[:i])
         if i >= 3:
-            every += [abs(e) for e in _cpu_errors_pct(model, trial).values()]
+            every += [abs(e) for e in _errors_pct(model, trial, engine=False).values()]
     # A process's RSS on a CPU moves with its allocator's arenas: a few outliers, a tight mean.
     assert every and statistics.fmean(every) < 12.0 and max(every) < 50.0, every
 

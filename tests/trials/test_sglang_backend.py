@@ -15,7 +15,6 @@ import os
 import signal
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 from trial_helpers import QWEN_05B_CONFIG, make_spec
@@ -25,25 +24,6 @@ from trials.failures import classify_failure
 from trials.logcapture import StderrTail
 from trials.rollout import get_backend
 from trials.rollout.phase import measure_rollout
-
-STAND_IN = Path(__file__).resolve().parent / "stand_in_sglang"
-
-
-@pytest.fixture
-def stand_in(monkeypatch):
-    """The stand-in ``sglang`` importable, reset; the real one (if any) restored after."""
-    saved = {name: mod for name, mod in sys.modules.items() if name.split(".")[0] == "sglang"}
-    for name in saved:
-        del sys.modules[name]
-    monkeypatch.syspath_prepend(str(STAND_IN))
-    from sglang.srt.entrypoints.engine import Engine
-
-    Engine.kv_tokens, Engine.retractions, Engine.block_in_generate = 4096, 0, False
-    Engine.instances.clear()
-    yield Engine
-    for name in [n for n in sys.modules if n.split(".")[0] == "sglang"]:
-        del sys.modules[name]
-    sys.modules.update(saved)
 
 
 def _spec(requests: int = 8):

@@ -9,9 +9,7 @@ only): they differ from the actor's before the sync and equal them after.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +19,6 @@ from trials.actor import build_causal_lm
 from trials.rollout import get_backend
 from trials.rollout.weight_sync import MIB, actor_weights, model_weights, sync_weights
 
-STAND_IN = Path(__file__).resolve().parent / "stand_in_sglang"
 CPU = torch.device("cpu")
 # What each engine's parameter is made of, in the actor's (Hugging Face) names. On CPU,
 # vLLM packs linear weights into oneDNN handles and empties their parameters: only the
@@ -139,22 +136,6 @@ def test_a_rollout_only_trial_sends_the_models_shapes(tiny_config):
 def test_the_bucket_size_must_be_positive(tiny_config):
     with pytest.raises(ValueError, match="update_weights_bucket_megabytes"):
         sync_weights(actor_weights(_actor(tiny_config, 6), CPU), None, 0, CPU)
-
-
-@pytest.fixture
-def stand_in(monkeypatch):
-    """The stand-in ``sglang`` importable, reset; the real one (if any) restored after."""
-    saved = {name: mod for name, mod in sys.modules.items() if name.split(".")[0] == "sglang"}
-    for name in saved:
-        del sys.modules[name]
-    monkeypatch.syspath_prepend(str(STAND_IN))
-    from sglang.srt.entrypoints.engine import Engine
-
-    Engine.instances.clear()
-    yield Engine
-    for name in [n for n in sys.modules if n.split(".")[0] == "sglang"]:
-        del sys.modules[name]
-    sys.modules.update(saved)
 
 
 def test_sglang_gets_each_bucket_through_update_weights_from_tensor(tiny_config, stand_in):

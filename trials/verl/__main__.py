@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from trials.launcher import sigterm_when_parent_dies
 from trials.verl.runner import preflight, run, run_paths
 from trials.verl.types import VerlRunSpec
 
@@ -30,13 +31,7 @@ def _die_with_group() -> None:
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, kill_group)
-    try:
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux/glibc: the launcher's own clean-up still applies
+    sigterm_when_parent_dies()
 
 
 def _write(path: str, text: str) -> None:

@@ -9,10 +9,10 @@ step by step, with the versions it ran with. Neither imports verl, torch or an e
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from trials.types import JsonData
 
 VerlRunStatus = Literal["ok", "oom", "error", "timeout"]
 # The name the runner's agent loop (``trials.verl.agent_loop``) is registered under in verl.
@@ -42,7 +42,7 @@ STEP_METRICS: tuple[str, ...] = (
 
 
 @dataclass
-class VerlRunSpec:
+class VerlRunSpec(JsonData):
     """One config to run in verl for ``steps`` steps (the first ``warmup_steps`` excluded).
 
     ``overrides`` are the trial's Hydra override lines as ``autotuner.export.to_overrides``
@@ -69,23 +69,9 @@ class VerlRunSpec:
     adv_estimator: str = "grpo"
     seed: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> VerlRunSpec:
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> VerlRunSpec:
-        return cls.from_dict(json.loads(text))
-
 
 @dataclass
-class VerlRunResult:
+class VerlRunResult(JsonData):
     """What verl logged, or how the run failed.
 
     ``steps`` holds one dict of ``STEP_METRICS`` per step verl finished, in order (step 1
@@ -110,17 +96,3 @@ class VerlRunResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> VerlRunResult:
-        return cls(**data)
-
-    @classmethod
-    def from_json(cls, text: str) -> VerlRunResult:
-        return cls.from_dict(json.loads(text))
