@@ -4,6 +4,8 @@ loop's list; the loop asks it before the sampler, runs what it proposes once, an
 
 from __future__ import annotations
 
+import json
+
 import optuna
 import pytest
 
@@ -70,8 +72,8 @@ def test_a_new_source_proposes_before_the_sampler(landscape) -> None:
     summary = runner.run()
     recs = records(runner.study)
     values = runner.space.searched[path]
-    assert recs[0].baseline == DEFAULTS_BASELINE and recs[1].baseline == "verl-v0.9-example"
-    baselines = len([r for r in recs if r.baseline])
+    assert recs[0].baseline == DEFAULTS_BASELINE
+    baselines = len([r for r in recs if r.baseline])  # verl's example too, unless the same config
     # Its proposals ran once each, one at a time after the baselines, then the sampler's.
     ours = [r for r in recs if r.explores_with == -1]
     first = {p: vs[0] for p, vs in runner.space.searched.items()}
@@ -92,6 +94,8 @@ def test_baselines_are_proposed_once_per_study(landscape) -> None:
     runner = _runner(landscape, [Sampler()], max_trials=1)
     state = SearchState(runner.spec, runner.space, runner.study)
     first = Baselines().start(state)
-    assert [p.attrs["baseline"] for p in first] == [DEFAULTS_BASELINE, "verl-v0.9-example"]
+    names = [p.attrs["baseline"] for p in first]
+    assert names[0] == DEFAULTS_BASELINE and set(names) <= {DEFAULTS_BASELINE, "verl-v0.9-example"}
+    assert len({json.dumps(p.params, sort_keys=True) for p in first}) == len(first)  # none twice
     runner.enqueue_baseline()
     assert Baselines().start(state) == []  # the study has trials: its baselines are in it
