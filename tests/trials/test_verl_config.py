@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from verl_helpers import DEMO, GPU_JOBS, ROOT, job_run_spec, preflight, verl_python
 
-from trials.verl.checkpoint import checkpoint_dir, tokenizer_dir
+from trials.verl.checkpoint import NEWLINE_ID, checkpoint_dir, tokenizer_dir
 from trials.verl.overrides import RunnerKeyConflict, RunPaths, runner_overrides
 
 pytestmark = pytest.mark.slow
@@ -30,6 +30,9 @@ def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Pat
         "algorithm": "AlgoConfig",
         "ref": "FSDPActorConfig",
     }
+    # verl's agent loop builds the Qwen family's tokenization helper with the runner's
+    # tokenizer (it needs "\n" to be one token).
+    assert report["continuous_token_builder"] == "QwenContinuousTokenBuilder"
     assert report["config"]["rollout.load_format"] == "dummy"
     assert report["config"]["rollout.agent.default_agent_loop"] == "autotuner_workload"
     assert report["config"]["trainer.total_training_steps"] == run.steps >= 4
@@ -53,6 +56,7 @@ def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Pat
     assert len(tokenizer) == run.model_config["vocab_size"]
     assert tokenizer.eos_token_id == run.model_config["eos_token_id"]
     assert tokenizer.encode("<5> <17> <2047>", add_special_tokens=False) == [5, 17, 2047]
+    assert tokenizer.encode("<5> \n <17>", add_special_tokens=False) == [5, NEWLINE_ID, 17]
 
 
 def test_every_gpu_job_spec_passes_verl(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ folder. Throughput depends on the architecture and the lengths, not on the weigh
 the runner writes the weights of the job's ``config.json`` at random once and keeps them
 under its cache folder, keyed by the config and dtype. Nothing is downloaded: the
 tokenizer is a ``tokenizers`` WordLevel model made here, one word ``<id>`` per token id of
-the model's vocabulary, whitespace-split, so a prompt of N words is N tokens; its chat
+the model's vocabulary, split at spaces, so a prompt of N words is N tokens; its chat
 template passes a message's text through unchanged (a prompt's length in tokens is the
 length the workload drew). The model's ``bos/eos/pad_token_id`` are its special tokens.
 The tokenizer lives in a ``tokenizer/`` subfolder that verl is pointed at
@@ -32,17 +32,27 @@ from typing import Any
 # A message's text, as it is: the prompt's words are the prompt's tokens.
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 COMPLETE_MARK = ".complete"
+# Part of the cache key: a tokenizer written differently gets a new folder.
+TOKENIZER_VERSION = 2
+# verl's agent loop builds, at start-up, the "continuous token" helper of the model's family
+# (``verl/utils/tokenizer/continuous_token_wiring.py``, chosen by config.json's model_type),
+# which for Qwen models needs "\n" to be one token: that token id's word is "\n" (Qwen2's
+# own id for it), and words are split at spaces only.
+NEWLINE_ID = 198
 
 
 def token_word(token_id: int) -> str:
     """The tokenizer's word for ``token_id``: delimited, so that no special token's word is
-    part of another word (the tokenizer matches special tokens anywhere in a text)."""
-    return f"<{token_id}>"
+    part of another word (the tokenizer matches special tokens anywhere in a text); the
+    newline's is itself."""
+    return "\n" if token_id == NEWLINE_ID else f"<{token_id}>"
 
 
 def checkpoint_key(model_config: dict[str, Any], dtype: str) -> str:
     """A short hash naming one architecture in one dtype."""
-    text = json.dumps({"config": model_config, "dtype": dtype}, sort_keys=True)
+    text = json.dumps(
+        {"config": model_config, "dtype": dtype, "tokenizer": TOKENIZER_VERSION}, sort_keys=True
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -150,7 +160,7 @@ def write_tokenizer(model_config: dict[str, Any], folder: Path) -> None:
     unk = specials.get("pad", 0)
     vocab = {token_word(i): i for i in range(vocab_size)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=token_word(unk)))
-    core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    core.pre_tokenizer = pre_tokenizers.Split(" ", behavior="removed")
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core,
         unk_token=token_word(unk),

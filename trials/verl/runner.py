@@ -80,6 +80,7 @@ def preflight(spec: VerlRunSpec, paths: RunPaths, weights: bool = True) -> dict[
     return {
         "overrides": overrides,
         "typed_configs": typed,
+        "continuous_token_builder": _continuous_token_builder(spec, paths),
         "dataset_prompt_tokens": prompt_tokens,
         "dataset_response_lengths": response_lengths,
         "config": {
@@ -91,6 +92,18 @@ def preflight(spec: VerlRunSpec, paths: RunPaths, weights: bool = True) -> dict[
             "algorithm.adv_estimator": config.algorithm.adv_estimator,
         },
     }
+
+
+def _continuous_token_builder(spec: VerlRunSpec, paths: RunPaths) -> str:
+    """The class of the tokenization helper verl's agent loop builds at start-up for the
+    model's family and the runner's tokenizer (``create_continuous_token_builder``, which
+    raises where the tokenizer lacks what that family needs)."""
+    from verl.utils import hf_tokenizer
+    from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
+
+    tokenizer = hf_tokenizer(str(tokenizer_dir(paths.checkpoint)))
+    builder = create_continuous_token_builder(tokenizer, hf_model_type=spec.model_config.get("model_type"))
+    return type(builder).__name__
 
 
 def _dataset_lengths(config: Any, paths: RunPaths) -> tuple[list[int], list[list[int]]]:

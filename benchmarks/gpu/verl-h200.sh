@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One H200: the Qwen2.5-1.5B GRPO-like job's configs measured by the tuner's trial and by
+# verl 0.9.1 itself (verl_compare.py), detached. Wheels first: vLLM 0.24.0 + the control
+# bundle in /tmp/parts, verl's bundle and antlr4's wheel in /tmp/parts-verl, flash-attn
+# 2.8.3.post2's four parts in /tmp/parts-fa (see setup-verl.sh and ../shared/gpu-host).
+# COMPARE_ARGS replaces the default comparison (three configs, 32 prompts x 8 per step).
+# usage: setsid nohup bash benchmarks/gpu/verl-h200.sh > /tmp/at/logs/plan.out 2>&1 &
+#        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
+set -uo pipefail
+mkdir -p /tmp/at/logs /tmp/at/probe-verl
+echo $$ > /tmp/at/logs/plan.pid
+log() { echo "[$(date +%T)] $*"; }
+if [ ! -d /tmp/site/vllm ]; then
+  log "installing"
+  bash /tmp/parts/unpack.sh /tmp/parts /tmp/site
+  cat /tmp/parts-fa/fa.part.* > /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
+  cp /tmp/parts/unpack.sh /tmp/parts-verl/ 2>/dev/null || true
+  bash benchmarks/gpu/setup-verl.sh /tmp/parts-verl
+fi
+rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
+cd /tmp/repo
+source benchmarks/gpu/env.sh
+export AUTOTUNER_ENGINE_PYTHONPATH__VERL=/tmp/site-verl:/tmp/site
+args=${COMPARE_ARGS:-"--config defaults --config example --config winner=benchmarks/results/qwen2.5-1.5b-grpo-packed-h200.json#2 --train-batch-size 32 --ppo-mini-batch-size 8"}
+log "verl_compare $args"
+# shellcheck disable=SC2086
+python3 -m benchmarks.gpu.verl_compare --job benchmarks/jobs/qwen2.5-1.5b-grpo.yaml $args \
+  --out /tmp/at/probe-verl/compare.json > /tmp/at/logs/verl.log 2>&1
+log "plan done"

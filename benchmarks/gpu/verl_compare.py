@@ -1,0 +1,225 @@
+"""Configs measured by the tuner's trial and by verl itself, on the same host, interleaved.
+
+For one job spec and a few named configs (``defaults``: verl v0.9's defaults as the job's
+first baseline; ``example``: verl's example command for the model's size, the job's second
+baseline; ``NAME=RESULTS.json#TRIAL``: a trial's config from a results file written by
+``dump_results``), each round runs, config after config:
+
+- verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
+  overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
+  warm-up;
+- the tuner's trial of that config (``trials.launcher.launch_trial``, the trial spec the
+  job's runner would build: its predicted step throughput and phase times), unless
+  ``--no-predict``.
+
+``--train-batch-size`` / ``--ppo-mini-batch-size`` scale the job's workload (same lengths,
+fewer prompts per step) when a full step of the job is too long to repeat. The JSON file
+is rewritten after every run (a run killed mid-way leaves the earlier ones); the table
+printed at the end sets, per config, the trial's prediction beside verl's medians and the
+error per phase.
+
+Usage, on the GPU host with vLLM's folder in ``/tmp/site`` and verl's in ``/tmp/site-verl``
+(``setup-host.sh``, ``setup-verl.sh``)::
+
+    PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.verl_compare \\
+        --job benchmarks/jobs/qwen2.5-1.5b-grpo.yaml --train-batch-size 32 \\
+        --ppo-mini-batch-size 8 --config defaults --config example \\
+        --config winner=benchmarks/results/qwen2.5-1.5b-grpo-packed-h200.json#2 \\
+        --out /tmp/at/verl/compare.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autotuner.baselines import citation, example_baseline
+from autotuner.jobs import build_space, memory_cap_gib
+from autotuner.settings import Settings
+from autotuner.spec import JobSpec, load_job_spec
+from autotuner.trialspec import build_trial_spec
+from autotuner.verl_run import verl_run_spec
+from trials.launcher import launch_trial
+from trials.verl.launch import launch_verl
+
+# The trial's phase (``phase_timings_s``) each of verl's timings corresponds to.
+PHASES = {
+    "timing_s/update_weights": "weight_sync",
+    "timing_s/gen": "rollout",
+    "timing_s/old_log_prob": "old_log_prob",
+    "timing_s/ref": "ref_log_prob",
+    "timing_s/update_actor": "update_actor",
+}
+THROUGHPUT = "throughput_tokens_per_s_per_gpu"
+
+
+def scaled(spec: JobSpec, train_batch_size: int | None, mini_batch: int | None) -> JobSpec:
+    """The job with fewer prompts per step (lengths, seed and everything else kept)."""
+    if train_batch_size is None and mini_batch is None:
+        return spec
+    data = spec.model_dump(mode="json")
+    if train_batch_size is not None:
+        data["workload"]["train_batch_size"] = train_batch_size
+    if mini_batch is not None:
+        data["workload"]["ppo_mini_batch_size"] = mini_batch
+    return JobSpec.model_validate(data)
+
+
+def named_configs(spec: JobSpec, names: list[str], settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each named config in full (the job's fixed knobs, then the baseline or trial's own)."""
+    space = build_space(spec, "cuda", settings)
+    base = space.baseline_config() | space.fixed
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name == "defaults":
+            out[name] = dict(base)
+        elif name == "example":
+            allowed = {p: [v] for p, v in space.fixed.items()} | space.searched
+            example = example_baseline(space.arch.num_parameters, allowed)
+            print(f"example: {citation(example)}", flush=True)
+            out[name] = base | example.config
+        else:
+            label, _, source = name.partition("=")
+            path, _, number = source.partition("#")
+            trials = [t for job in json.loads(Path(path).read_text())["jobs"] for t in job["trials"]]
+            trial = next(t for t in trials if str(t["number"]) == number)
+            out[label] = base | trial["config"]
+    return out
+
+
+def trial_row(result: Any) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "throughput": result.metrics.get(THROUGHPUT),
+        "step_time_s": result.metrics.get("step_time_s"),
+        "phase_timings_s": dict(result.phase_timings_s),
+        "peak_memory_gib": result.metrics.get("peak_memory_gib"),
+        "train_peak_memory_gib": result.metrics.get("train_peak_memory_gib"),
+        "software": dict(result.software or {}),
+        "error": result.error_message,
+        "wall_s": result.wall_s,
+    }
+
+
+def verl_row(result: Any) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "measured": dict(result.measured),
+        "steps": list(result.steps),
+        "versions": dict(result.versions),
+        "error": result.error_message,
+        "log_tail": result.log_tail[-6000:] if not result.ok else "",
+        "wall_s": result.wall_s,
+    }
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def table(doc: dict[str, Any]) -> str:
+    """Per config: the trial's prediction, verl's median over all measured steps of all its
+    runs, and the prediction's error (trial / verl - 1)."""
+    head = f"{'config':<10} {'metric':<24} {'trial':>10} {'verl':>10} {'error':>8}  n(verl steps)"
+    lines = [head, "-" * len(head)]
+    for name in doc["configs"]:
+        trials = [
+            r for r in doc["runs"] if r["config"] == name and r["kind"] == "trial" and r["status"] == "ok"
+        ]
+        verls = [r for r in doc["runs"] if r["config"] == name and r["kind"] == "verl"]
+        steps = [s for r in verls for s in r["steps"][r.get("warmup_steps", 1) :]]
+        pairs = [("throughput/GPU", THROUGHPUT, "perf/throughput")]
+        pairs += [(phase, phase, key) for key, phase in PHASES.items()]
+        pairs += [("step_s", "step_time_s", "timing_s/step")]
+        for label, tkey, vkey in pairs:
+            t = median(
+                [r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials]
+                if tkey in (THROUGHPUT, "step_time_s")
+                else [r["phase_timings_s"].get(tkey) for r in trials if tkey in r["phase_timings_s"]]
+            )
+            v = median([s[vkey] for s in steps if vkey in s])
+            err = f"{t / v - 1:+.1%}" if t and v else "-"
+            ts = f"{t:.4g}" if t is not None else "-"
+            vs = f"{v:.4g}" if v is not None else "-"
+            lines.append(f"{name:<10} {label:<24} {ts:>10} {vs:>10} {err:>8}  {len(steps)}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.verl_compare")
+    parser.add_argument("--job", required=True)
+    parser.add_argument(
+        "--config", action="append", required=True, help="defaults | example | NAME=FILE#TRIAL"
+    )
+    parser.add_argument("--train-batch-size", type=int)
+    parser.add_argument("--ppo-mini-batch-size", type=int)
+    parser.add_argument("--steps", type=int, default=4, help="verl steps per run, the first a warm-up")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--no-predict", action="store_true")
+    parser.add_argument("--trial-timeout", type=float, default=600)
+    parser.add_argument("--verl-timeout", type=float, default=900)
+    parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
+    parser.add_argument("--cache-dir", default="/tmp/at/verl-cache")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+
+    settings = Settings()
+    spec = scaled(load_job_spec(Path(args.job)), args.train_batch_size, args.ppo_mini_batch_size)
+    arch = spec.validate_model()
+    configs = named_configs(spec, args.config, settings)
+    cap = memory_cap_gib(spec, "cuda", settings)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = "PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.verl_compare " + " ".join(
+        argv if argv is not None else sys.argv[1:]
+    )
+    doc: dict[str, Any] = {
+        "command": command,
+        "job": args.job,
+        "workload": spec.workload.model_dump(mode="json"),
+        "configs": configs,
+        "host": platform.node(),
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "runs": [],
+    }
+    verl_env = {"PYTHONPATH": args.verl_pythonpath} if args.verl_pythonpath else {}
+    for rnd in range(args.rounds):
+        for name, config in configs.items():
+            vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
+            print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
+            vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
+            row = verl_row(vres) | {
+                "config": name,
+                "kind": "verl",
+                "round": rnd,
+                "warmup_steps": vspec.warmup_steps,
+            }
+            doc["runs"].append(row)
+            print(f"  {row['status']} {row['measured']} {row['error'] or ''}", flush=True)
+            if not vres.ok:
+                print(vres.log_tail[-3000:], flush=True)
+            out.write_text(json.dumps(doc, indent=1, default=str))
+            if not args.no_predict:
+                tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
+                print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)
+                result = launch_trial(tspec, args.trial_timeout)
+                row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd}
+                doc["runs"].append(row)
+                print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
+                out.write_text(json.dumps(doc, indent=1, default=str))
+    doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc["table"] = table(doc)
+    out.write_text(json.dumps(doc, indent=1, default=str))
+    print(doc["table"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
