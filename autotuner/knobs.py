@@ -348,11 +348,14 @@ _TABLE: list[Knob] = [
         "actor_rollout_ref.ref.fsdp_config.param_offload",
         "bool",
         "train",
-        "Keep the reference model on the CPU outside its forward.",
+        "The reference model's offload. verl v0.9's FSDP engine offloads a forward-only "
+        "module to the CPU whatever this says (verl/workers/engine/fsdp/transformer_impl.py), "
+        "so trials stream the ref from the CPU either way; exported as set.",
         ("train", "ref_param_offload"),
         _offload,
         False,
         applies=_has_ref,
+        searched_by_default=False,
         recorded_before=True,  # trials streamed the ref from the CPU before 2026-11-24
     ),
     Knob(

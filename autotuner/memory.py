@@ -23,9 +23,10 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   longest row; the logits of every such position (``positions x vocab``). SDPA (the
   CPU) adds a boolean mask over each row's positions squared; flash-attention (a GPU)
   none.
-- the reference model (``use_ref``): its compute-dtype shard stays on the device beside
-  the actor from the build on, unless ``ref_param_offload`` keeps it on the CPU outside
-  its own forward.
+- the reference model (``use_ref``): on a GPU, in pinned CPU memory (verl v0.9's FSDP
+  engine offloads a forward-only module whatever ``ref_param_offload`` says); during its
+  forward the units in use come in as float32 shards and their compute-dtype copies. On
+  the CPU its compute-dtype shard stays beside the actor.
 - ``wake``: the next step's hand-over: the engine's weights wake while the actor's process
   still caches what training used, then its full budget is back beside the actor (whose
   parameters come in for the weight sync under ``param_offload``).
@@ -316,7 +317,7 @@ class MemoryModel:
         optimizer = 8 * shard / GIB
         rollout, train = "rollout" in trial.phases, "train" in trial.phases
         ref = self._compute_bytes(trial) * shard / GIB if train and t.use_ref else 0.0
-        ref_resident = 0.0 if t.ref_param_offload and cuda else ref
+        ref_resident = 0.0 if cuda else ref
         actor = (
             (0.0 if t.param_offload else params) + (0.0 if t.optimizer_offload else optimizer) + ref_resident
             if train
@@ -406,13 +407,17 @@ class MemoryModel:
         slack = 1.0 + self.k.allocator_slack
         packed = t.use_remove_padding
         ref = cb * self.arch.num_parameters / max(trial.n_gpus, 1) / GIB if t.use_ref else 0.0
-        ref_resident = 0.0 if t.ref_param_offload and self.device == "cuda" else ref
+        cuda = self.device == "cuda"
+        ref_resident = 0.0 if cuda else ref
         fwd = max(self._forward_bytes(mb, lengths, packed, cb, True) for mb in plans["old_log_prob"])
         out = {"old_log_prob": params + resident_opt + ref_resident + layer_copy + slack * fwd / GIB}
         if t.use_ref:
             ref_fwd = max(self._forward_bytes(mb, lengths, packed, cb, False) for mb in plans["ref_log_prob"])
             actor_params = 0.0 if t.param_offload else params
-            out["ref_log_prob"] = actor_params + resident_opt + ref + layer_copy + slack * ref_fwd / GIB
+            streamed = self._unit_bytes(4) / GIB if cuda else 0.0  # the float32 units copied in
+            out["ref_log_prob"] = (
+                actor_params + resident_opt + ref_resident + streamed + layer_copy + slack * ref_fwd / GIB
+            )
         upd = max(
             self._update_bytes(mb, lengths, packed, cb, t.enable_gradient_checkpointing)
             for mb in plans["update_actor"]

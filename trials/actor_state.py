@@ -11,12 +11,15 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
   allocated at once (one step on zero gradients), as it is in every step after the
   first, and gradients are freed as verl's ``zero_grad`` frees them: between steps the
   rank holds 12 bytes per parameter of its share (16 during the update).
-- the reference model (``use_ref``): its own FSDP2 module in the compute dtype, forward
-  only. verl v0.9's ref keeps its shards on the GPU (``ref.fsdp_config.param_offload``
-  false); with ``ref_param_offload`` they live on the CPU and are moved in before its
-  forward and out after it, as verl's ``load_fsdp_model_to_gpu`` /
-  ``offload_fsdp_model_to_cpu`` move them (``load_ref``/``offload_ref``, timed into the
-  ``ref_log_prob`` sub-phase).
+- the reference model (``use_ref``): its own FSDP2 module, forward only, built as verl
+  v0.9's FSDP engine builds a forward-only module (``verl/workers/engine/fsdp/
+  transformer_impl.py``): float32 parameters (``ref.fsdp_config.model_dtype``), computing
+  in the trial's dtype, and always offloaded to the CPU with FSDP's own offload
+  (``CPUOffloadPolicy(pin_memory=True)``; verl forces it "to save memory", whatever
+  ``ref.fsdp_config.param_offload`` says): each forward copies every unit's float32 shard
+  in from pinned memory, so the ``ref_log_prob`` sub-phase pays that copy once per
+  micro-batch. On the CPU, or without FSDP, the ref stays where it is built, in the
+  compute dtype.
 - attention: the kernel verl's actor runs (``actor.attention_kernel``: flash-attention 2
   on a GPU, refused without flash-attn; SDPA on the CPU) for the actor and the ref.
 - ``param_offload`` / ``optimizer_offload`` (CUDA only): the actor's parameters / AdamW
@@ -26,8 +29,7 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
   returns the seconds its move took, which the step pays.
 
 With ``TrialSpec.actor_fsdp`` False the actor is a plain module holding the whole model
-on one device whatever ``n_gpus`` is (no process group); its reference model moves as
-above.
+on one device whatever ``n_gpus`` is (no process group), and so is its reference model.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class ActorState:
     param_offload: bool
     optimizer_offload: bool
     fsdp_units: int = 0
-    ref_param_offload: bool = False
+    ref_cpu_offload: bool = False
     attention: str = actor.SDPA
 
     @property
@@ -100,19 +102,6 @@ class ActorState:
 
         return self.timed(move)
 
-    @property
-    def ref_moves(self) -> bool:
-        """Whether the reference model is moved in for its forward (its own offload, CUDA)."""
-        return self.ref is not None and self.ref_param_offload and self.device.type == "cuda"
-
-    def load_ref(self) -> float:
-        ref = self.ref
-        return self.timed(lambda: ref.to(self.device)) if ref is not None and self.ref_moves else 0.0
-
-    def offload_ref(self) -> float:
-        ref = self.ref
-        return self.timed(lambda: _to_cpu(ref)) if ref is not None and self.ref_moves else 0.0
-
     def resident_gib(self) -> float:
         """Device memory the actor holds now: on CUDA what this process's allocator has
         reserved (the engine cannot use it), on CPU the bytes of its tensors."""
@@ -140,7 +129,7 @@ class ActorState:
             "actor_master_dtype_bits": float(master.element_size() * 8),
             "actor_param_offload": float(self.param_offload),
             "actor_optimizer_offload": float(self.optimizer_offload),
-            "ref_param_offload": float(self.ref_param_offload),
+            "ref_cpu_offload": float(self.ref_cpu_offload),
             "actor_flash_attention": float(self.attention == actor.FLASH_ATTENTION),
         }
 
@@ -156,13 +145,13 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
     if on_cuda:
         create_workspaces(device, compute)
     ref = None
+    ref_offload = t.use_ref and on_cuda and world is not None
     if t.use_ref:  # first: its transient copy on the device is freed before the actor's
-        ref = actor.build_causal_lm(spec.model_config, compute, device, False, attention)
+        ref_dtype = torch.float32 if ref_offload else compute
+        ref = actor.build_causal_lm(spec.model_config, ref_dtype, device, False, attention)
         ref.eval()
         if world is not None:
-            shard(ref, world, compute)
-        if on_cuda and t.ref_param_offload:
-            _to_cpu(ref)
+            shard(ref, world, compute, cpu_offload=ref_offload)
     model = actor.build_causal_lm(
         spec.model_config, torch.float32, device, t.enable_gradient_checkpointing, attention
     )
@@ -178,7 +167,7 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
         param_offload=t.param_offload and on_cuda,
         optimizer_offload=t.optimizer_offload and on_cuda,
         fsdp_units=units,
-        ref_param_offload=t.ref_param_offload and on_cuda,
+        ref_cpu_offload=ref_offload,
         attention=attention,
     )
     state.offload_optimizer()
@@ -207,14 +196,19 @@ def create_workspaces(device: torch.device, compute: torch.dtype) -> None:
     torch.cuda.synchronize(device)
 
 
-def shard(model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype) -> int:
-    """``fully_shard`` each decoder layer, then the root; the number of FSDP units."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+def shard(
+    model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool = False
+) -> int:
+    """``fully_shard`` each decoder layer, then the root; the number of FSDP units.
+    ``cpu_offload``: the shards live in pinned CPU memory, copied in for each use."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {
         "mesh": world.mesh,
         "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32),
     }
+    if cpu_offload:
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
     layer_classes = set(getattr(model, "_no_split_modules", None) or ())
     layers = [m for m in model.modules() if type(m).__name__ in layer_classes]
     for layer in layers:

@@ -90,8 +90,8 @@ class TrainKnobs:
     # verl's default layout: each micro-batch's sequences packed into one row (varlen
     # attention); False: one right-padded row per sequence (``trials.actor``).
     use_remove_padding: bool = True
-    # The reference model's own offload (actor_rollout_ref.ref.fsdp_config.param_offload):
-    # on the CPU outside its forward, moved in and out around it.
+    # actor_rollout_ref.ref.fsdp_config.param_offload, as the config sets it: verl v0.9's
+    # FSDP engine offloads the ref to the CPU whatever it says, and so does the trial.
     ref_param_offload: bool = False
     # The old-log-prob forward's entropy computed in chunks of rows (less memory).
     entropy_from_logits_with_chunking: bool = False
