@@ -5,12 +5,12 @@ first baseline; ``example``: verl's example command for the model's size, the jo
 baseline; ``NAME=RESULTS.json#TRIAL``: a trial's config from a results file written by
 ``dump_results``), each round runs, config after config:
 
-- verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
-  overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
-  warm-up;
 - the tuner's trial of that config (``trials.launcher.launch_trial``, the trial spec the
   job's runner would build: its predicted step throughput and phase times), unless
-  ``--no-predict``.
+  ``--no-predict``;
+- verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
+  overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
+  warm-up, unless the config is named by ``--skip-verl``.
 
 ``--train-batch-size`` / ``--ppo-mini-batch-size`` scale the job's workload (same lengths,
 fewer prompts per step) when a full step of the job is too long to repeat. The JSON file
@@ -103,6 +103,7 @@ def trial_row(result: Any) -> dict[str, Any]:
         "peak_memory_gib": result.metrics.get("peak_memory_gib"),
         "train_peak_memory_gib": result.metrics.get("train_peak_memory_gib"),
         "software": dict(result.software or {}),
+        "metrics": dict(result.metrics),
         "error": result.error_message,
         "wall_s": result.wall_s,
     }
@@ -163,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4, help="verl steps per run, the first a warm-up")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-predict", action="store_true")
+    parser.add_argument("--skip-verl", action="append", default=[], help="a config not run in verl")
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -192,20 +194,6 @@ def main(argv: list[str] | None = None) -> int:
     verl_env = {"PYTHONPATH": args.verl_pythonpath} if args.verl_pythonpath else {}
     for rnd in range(args.rounds):
         for name, config in configs.items():
-            vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
-            print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
-            vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
-            row = verl_row(vres) | {
-                "config": name,
-                "kind": "verl",
-                "round": rnd,
-                "warmup_steps": vspec.warmup_steps,
-            }
-            doc["runs"].append(row)
-            print(f"  {row['status']} {row['measured']} {row['error'] or ''}", flush=True)
-            if not vres.ok:
-                print(vres.log_tail[-3000:], flush=True)
-            out.write_text(json.dumps(doc, indent=1, default=str))
             if not args.no_predict:
                 tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
                 print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)
@@ -213,6 +201,21 @@ def main(argv: list[str] | None = None) -> int:
                 row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd}
                 doc["runs"].append(row)
                 print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
+                out.write_text(json.dumps(doc, indent=1, default=str))
+            if name not in args.skip_verl:
+                vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
+                print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
+                vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
+                row = verl_row(vres) | {
+                    "config": name,
+                    "kind": "verl",
+                    "round": rnd,
+                    "warmup_steps": vspec.warmup_steps,
+                }
+                doc["runs"].append(row)
+                print(f"  {row['status']} {row['measured']} {row['error'] or ''}", flush=True)
+                if not vres.ok:
+                    print(vres.log_tail[-3000:], flush=True)
                 out.write_text(json.dumps(doc, indent=1, default=str))
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc["table"] = table(doc)
