@@ -133,8 +133,9 @@ class Knob:
     # the service sends the job's engine's to the trial (``engine_arguments``) and its backend
     # passes them as they are. Empty: no engine argument (the trial itself uses the value).
     engine_args: dict[str, str] = field(default_factory=dict, hash=False)
-    # Only searched when this holds for the (partial) config proposed so far.
-    applies: Callable[[SpaceContext, dict[str, Any]], bool] = lambda ctx, cfg: True
+    # Only searched (and exported) when this holds for the workload and the (partial) config
+    # proposed so far.
+    applies: Callable[[Workload, dict[str, Any]], bool] = lambda workload, cfg: True
     # A key absent from verl's YAML needs Hydra's "+" prefix.
     hydra_plus: bool = False
     # The rollout engines verl passes the knob to; for the others it is not searched,
@@ -184,27 +185,27 @@ class Knob:
 
     def relevant(self, ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
         """Whether the knob reaches a config: the job's engine takes it and it applies."""
-        return ctx.workload.engine in self.engines and self.applies(ctx, cfg)
+        return ctx.workload.engine in self.engines and self.applies(ctx.workload, cfg)
 
 
-def _static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+def _static(workload: Workload, cfg: dict[str, Any]) -> bool:
     return not cfg.get("actor_rollout_ref.actor.use_dynamic_bsz", False)
 
 
-def _dynamic(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
+def _dynamic(workload: Workload, cfg: dict[str, Any]) -> bool:
     return bool(cfg.get("actor_rollout_ref.actor.use_dynamic_bsz", False))
 
 
-def _ref_static(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return ctx.workload.use_kl_loss and _static(ctx, cfg)
+def _ref_static(workload: Workload, cfg: dict[str, Any]) -> bool:
+    return workload.use_kl_loss and _static(workload, cfg)
 
 
-def _has_ref(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return ctx.workload.use_kl_loss
+def _has_ref(workload: Workload, cfg: dict[str, Any]) -> bool:
+    return workload.use_kl_loss
 
 
-def _entropy_in_update(ctx: SpaceContext, cfg: dict[str, Any]) -> bool:
-    return ctx.workload.entropy_coeff != 0
+def _entropy_in_update(workload: Workload, cfg: dict[str, Any]) -> bool:
+    return workload.entropy_coeff != 0
 
 
 R = "actor_rollout_ref.rollout."

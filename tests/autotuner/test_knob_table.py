@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from autotuner.compose import side_of
+from autotuner.export import verl_config
 from autotuner.feasibility import at_most
-from autotuner.knobs import KNOBS, Knob, R, Rule, SpaceContext, engine_arguments, memory_knobs
+from autotuner.knobs import KNOBS, A, Knob, R, Rule, SpaceContext, engine_arguments, memory_knobs
 from autotuner.memory import _mode_key
 from autotuner.rules import violations
 from autotuner.space import SearchSpace
@@ -111,6 +112,15 @@ def test_the_row_alone_decides(monkeypatch):
     assert "max_num_seqs=64" in _mode_key("startup", config)
     broken = violations(config, spec.workload, spec.cluster, arch)
     assert [(v.rule, v.key, v.message) for v in broken] == [("V2", path, "64 refused")]
+
+
+def test_the_export_keeps_the_knobs_whose_row_applies(monkeypatch):
+    spec = parse_job_spec({"cluster": {"device": "cpu"}})  # entropy_coeff 0: no entropy term
+    config = SearchSpace.build(spec, spec.validate_model(), "cpu").baseline_config()
+    path = A + "entropy_checkpointing"
+    assert path not in verl_config(config | {path: True}, spec)
+    monkeypatch.setitem(KNOBS, path, dataclasses.replace(KNOBS[path], applies=lambda w, cfg: True))
+    assert verl_config(config | {path: True}, spec)[path] is True
 
 
 def test_a_cpu_vllm_trial_gets_its_engine_arguments_from_the_rows():
