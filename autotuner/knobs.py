@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from autotuner.domains import KIND_DOMAINS, Domain, refusal
+from trials.rollout import BACKENDS  # the engines' names: no engine is imported
 
 if TYPE_CHECKING:
     from autotuner.spec import Cluster, ModelArch, Workload
@@ -138,9 +139,9 @@ class Knob:
     applies: Callable[[Workload, dict[str, Any]], bool] = lambda workload, cfg: True
     # A key absent from verl's YAML needs Hydra's "+" prefix.
     hydra_plus: bool = False
-    # The rollout engines verl passes the knob to; for the others it is not searched,
-    # not exported and not accepted in a job's search section.
-    engines: tuple[str, ...] = ("vllm", "sglang")
+    # The rollout engines verl passes the knob to (default: every registered engine); for
+    # the others it is not searched, not exported and not accepted in a job's search section.
+    engines: tuple[str, ...] = tuple(BACKENDS)
     # The values verl (and its engines) accept at all; None: the kind's own
     # (``domains.KIND_DOMAINS``: ints >= 1 within int32, any finite float, true/false).
     domain: Domain | None = None

@@ -33,7 +33,7 @@ Variants run in the order given; one that no longer fits in ``--budget-s`` is sk
 
 Imports only the standard library here; the variants import SGLang and this repository's
 ``trials`` (what an sglang trial imports with /tmp/site-sglang) and its knob table
-(``autotuner.knobs``, standard library only), nothing of /tmp/site.
+(``autotuner.knobs``, which imports no package beyond ``trials``), nothing of /tmp/site.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _prompts(config: dict) -> list[list[int]]:
 
 def _spec(trial_id: str):
     """The GPU tests' rollout shape, small: the backend's defaults otherwise (CUDA graphs)."""
-    from autotuner.knobs import engine_arguments  # the knob table: standard library only
+    from autotuner.knobs import engine_arguments  # the knob table: no package beyond trials
     from trials.types import RolloutKnobs, TrialSpec
 
     return TrialSpec(
