@@ -4,8 +4,8 @@ A step is its phases one after another (``trials.runner``; ``step_time_s`` is th
 the phase timings less the start-up): the engine's side (``rollout``, ``engine_sleep``,
 ``engine_wake``) depends on the rollout knobs, the actor's side (``old_log_prob``,
 ``ref_log_prob``, ``update_actor``, ``actor_reload``) on the train knobs. Both depend on
-the actor's offload, which the two sides share (``side_of``; ``study.rollout_key`` keys a
-trial's rollout by it). So a config whose
+the actor's offload, which the two sides share (each knob's side is on its row,
+``Knob.side``; ``study.rollout_key`` keys a trial's rollout by the shared ones). So a config whose
 rollout knobs were measured in trial A and whose train knobs were measured in trial B has
 a predicted step time: A's engine side plus B's actor side, and a predicted throughput:
 A's tokens per GPU per step over that time. On the H200 landscape
@@ -37,18 +37,13 @@ from trials.metrics import THROUGHPUT
 
 ENGINE_PHASES = ("weight_sync", "rollout", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
-# Train knobs that change what the engine sees beside it (the actor's and the ref's resident memory):
-# both sides depend on them.
-SHARED_TRAIN_KNOBS = ("param_offload", "optimizer_offload", "ref_param_offload")
 
 
 def side_of(path: str) -> str:
-    """``engine``, ``actor`` or ``both`` (a knob of neither table, e.g. ``max_model_len``, is
-    the engine's)."""
+    """``engine``, ``actor`` or ``both``: the knob's ``Knob.composition_side`` (a key that is
+    no knob, e.g. ``max_model_len``, is the engine's)."""
     knob = KNOBS.get(path)
-    if knob is None or knob.trial_field[0] == "rollout":
-        return "engine"
-    return "both" if knob.trial_field[1] in SHARED_TRAIN_KNOBS else "actor"
+    return "engine" if knob is None else knob.composition_side
 
 
 def _key(config: dict[str, Any], side: str) -> tuple[tuple[str, str], ...]:

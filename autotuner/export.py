@@ -51,12 +51,6 @@ REF_TOKEN_KEY = REF + "log_prob_max_token_len_per_gpu"
 # Every key the exporter can ever emit.
 VERL_KEYS: frozenset[str] = frozenset(KNOBS) | WORKLOAD_KEYS | {REF_TOKEN_KEY}
 
-_MICRO_KEYS = (
-    A + "ppo_micro_batch_size_per_gpu",
-    R + "log_prob_micro_batch_size_per_gpu",
-    REF + "log_prob_micro_batch_size_per_gpu",
-)
-_TOKEN_KEYS = (A + "ppo_max_token_len_per_gpu", R + "log_prob_max_token_len_per_gpu")
 _MAX_NUM_SEQS = R + "max_num_seqs"
 _MAX_NUM_SEQS_V090 = 256  # verl v0.9.0's YAML default (its dataclass says 1024)
 _USAGE = [
@@ -89,15 +83,9 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         )
     w, c = spec.workload, spec.cluster
     dynamic = bool(config.get(A + "use_dynamic_bsz", False))
-    out = {k: v for k, v in config.items() if k in KNOBS}
-    # Only the batching keys of the chosen mode; the ref's only when the ref runs.
-    for key in _MICRO_KEYS if dynamic else _TOKEN_KEYS:
-        out.pop(key, None)
-    if not w.use_kl_loss:
-        out.pop(REF + "log_prob_micro_batch_size_per_gpu", None)
-        out.pop(REF + "fsdp_config.param_offload", None)
-    if not w.entropy_coeff:
-        out.pop(A + "entropy_checkpointing", None)
+    # Only the knobs that apply (``Knob.applies``): the batching keys of the chosen mode, the
+    # ref's only when the ref runs, the update's entropy only when it has one.
+    out = {k: v for k, v in config.items() if k in KNOBS and KNOBS[k].applies(w, config)}
     if dynamic and w.use_kl_loss and R + "log_prob_max_token_len_per_gpu" in out:
         out[REF_TOKEN_KEY] = out[R + "log_prob_max_token_len_per_gpu"]
     # verl v0.9.0 drops a False here and vLLM keeps chunked prefill on; never pretend otherwise.

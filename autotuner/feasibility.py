@@ -1,6 +1,7 @@
 """Feasibility by monotonicity: memory only grows with the memory knobs, the rest fixed.
 
-With every other knob equal, a larger ``gpu_memory_utilization`` (the engine's budget
+With every other knob equal, a larger value of a knob whose row says ``memory="grows"``
+(``autotuner.knobs``): ``gpu_memory_utilization`` (the engine's budget
 beside the actor, less headroom outside it), ``max_num_seqs`` and
 ``max_num_batched_tokens`` or SGLang's ``chunked_prefill_size`` (more of that budget for
 activations and the sampler), a
@@ -19,20 +20,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotuner.knobs import SGLANG_KWARGS, A, R
+from autotuner.knobs import memory_knobs
 from autotuner.records import TrialRecord, TrialStatus
 
-MEMORY_KNOBS = (
-    R + "gpu_memory_utilization",
-    R + "max_num_seqs",
-    R + "max_num_batched_tokens",
-    SGLANG_KWARGS + "chunked_prefill_size",
-    A + "ppo_micro_batch_size_per_gpu",
-    R + "log_prob_micro_batch_size_per_gpu",
-    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu",
-    A + "ppo_max_token_len_per_gpu",
-    R + "log_prob_max_token_len_per_gpu",
-)
 # OOMs of a KV cache too small for the engine's needs: a larger budget would help. vLLM
 # refuses to start; SGLang refuses (its weights fill the budget), aborts a request it
 # cannot fit, refuses a prompt longer than its pool, or cuts requests short
@@ -52,9 +42,10 @@ def at_most(small: dict[str, Any], large: dict[str, Any]) -> bool:
     the memory knobs, and each of those no larger."""
     if small.keys() != large.keys():
         return False
+    grows = memory_knobs("grows")
     for key, value in small.items():
         other = large[key]
-        if key in MEMORY_KNOBS:
+        if key in grows:
             if float(value) > float(other):
                 return False
         elif value != other:

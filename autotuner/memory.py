@@ -56,7 +56,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from autotuner.knobs import KNOBS, R, SpaceContext
+from autotuner.knobs import KNOBS, SpaceContext, memory_knobs
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import build_trial_spec
@@ -173,9 +173,11 @@ def measured_phases_of(status: str, metrics: dict[str, float], engine: bool) -> 
 
 
 def _mode_key(phase: str, config: dict) -> str:
-    """The calibration key of an engine phase in this config's engine mode (graphs, eager)."""
-    eager = bool(config.get(R + "enforce_eager", False))
-    return f"{phase}:{'eager' if eager else 'graphs'}"
+    """The calibration key of an engine phase in this config's engine mode: the values of
+    the knobs whose row says ``memory="mode"`` (CUDA graphs or eager)."""
+    modes = memory_knobs("mode")
+    values = (f"{path.rsplit('.', 1)[-1]}={config.get(path, KNOBS[path].baseline)!r}" for path in modes)
+    return f"{phase}:{','.join(values)}"
 
 
 def _finished(phase: str, metrics: dict[str, float], engine: bool) -> bool:

@@ -1,24 +1,33 @@
-"""Sampler strategies, chosen by name from one registry (lazy, so a name costs nothing)."""
+"""Sampler strategies, chosen by name from one registry (lazy, so a name costs nothing:
+the job spec checks its ``sampler`` against ``SAMPLERS`` without importing Optuna)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import optuna
+from typing import TYPE_CHECKING
 
 from autotuner.errors import UnknownBackendError
 
+if TYPE_CHECKING:
+    import optuna
+
 
 def _tpe(seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
     # multivariate: the knobs interact (gmu x max_num_seqs, micro-batch x checkpointing).
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=5)
 
 
 def _nsga2(seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
     return optuna.samplers.NSGAIISampler(seed=seed, population_size=8)
 
 
 def _random(seed: int) -> optuna.samplers.BaseSampler:
+    import optuna
+
     return optuna.samplers.RandomSampler(seed=seed)
 
 

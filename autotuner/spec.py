@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -28,7 +30,34 @@ from pydantic import (
 from autotuner import catalog
 from autotuner.errors import SpecError, UnknownModelError
 from autotuner.model_config import config_problems
+from autotuner.samplers import SAMPLERS
 from autotuner.yamlload import load_spec_yaml
+from trials.rollout import BACKENDS  # the engines' names: no engine is imported
+
+
+def _named_in(registry: Mapping[str, Any], what: str) -> Callable[[str], str]:
+    """A check that ``name`` is a row of ``registry``; any other name is refused with a
+    message that lists the valid ones."""
+
+    def check(name: str) -> str:
+        if name not in registry:
+            raise ValueError(f"unknown {what} {name!r}; valid {what}s: {', '.join(sorted(registry))}")
+        return name
+
+    return check
+
+
+# A name from a registry: validated against it, listed in the JSON schema as an enum.
+EngineName = Annotated[  # trials.rollout.BACKENDS
+    str,
+    AfterValidator(_named_in(BACKENDS, "rollout engine")),
+    Field(json_schema_extra={"enum": sorted(BACKENDS)}),
+]
+SamplerName = Annotated[  # autotuner.samplers.SAMPLERS
+    str,
+    AfterValidator(_named_in(SAMPLERS, "sampler")),
+    Field(json_schema_extra={"enum": sorted(SAMPLERS)}),
+]
 
 
 class _Model(BaseModel):
@@ -277,9 +306,7 @@ class Workload(_Model):
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
         default="bfloat16", description="Parameter dtype of the rollout engine and the actor."
     )
-    engine: Literal["vllm", "sglang"] = Field(
-        default="vllm", description="Rollout engine (actor_rollout_ref.rollout.name)."
-    )
+    engine: EngineName = Field(default="vllm", description="Rollout engine (actor_rollout_ref.rollout.name).")
     prompt_length: LengthDistribution = Field(
         default_factory=lambda: FixedLengths(value=256),
         description="Distribution of prompt lengths, in tokens.",
@@ -570,9 +597,7 @@ class JobSpec(_Model):
         description="Named configs (knob path -> value) measured first, besides verl's defaults, "
         "so the job reports its gain over them (e.g. your production command).",
     )
-    sampler: Literal["tpe", "nsga2", "random"] = Field(
-        default="tpe", description="Optuna sampler that proposes configs."
-    )
+    sampler: SamplerName = Field(default="tpe", description="Optuna sampler that proposes configs.")
     seed: int = Field(default=0, ge=0, le=2**31 - 1, description="Seed for lengths and the sampler.")
 
     @model_validator(mode="after")

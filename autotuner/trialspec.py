@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from autotuner.knobs import KNOBS, R
+from autotuner.knobs import KNOBS, R, engine_arguments
 from autotuner.spec import JobSpec, ModelArch
 from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
 
@@ -41,7 +41,11 @@ def draw_batch(spec: JobSpec) -> Batch:
 
 
 def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, TrainKnobs]:
-    rollout: dict[str, Any] = {"engine": engine, "max_model_len": config[R + "max_model_len"]}
+    rollout: dict[str, Any] = {
+        "engine": engine,
+        "max_model_len": config[R + "max_model_len"],
+        "engine_args": engine_arguments(engine),
+    }
     train: dict[str, Any] = {}
     for path, value in config.items():
         knob = KNOBS.get(path)

@@ -5,7 +5,8 @@ A `TrialSpec` says everything a worker needs to benchmark one configuration; a
 control plane can build and read them without the worker's dependencies.
 
 Knob dictionaries use verl's own names (the last component of the Hydra path, e.g.
-``gpu_memory_utilization``); the rollout backend maps them to its engine's arguments.
+``gpu_memory_utilization``); ``RolloutKnobs.engine_args`` says which engine argument each
+rollout field is passed as (the control plane's knob table decides, ``autotuner.knobs``).
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class RolloutKnobs:
     free_cache_engine: bool = True
     # checkpoint_engine.update_weights_bucket_megabytes: the weight sync's bucket (verl: 2048).
     update_weights_bucket_megabytes: int = 2048
+    # The engine's arguments for the knobs, each with the field above that holds its value
+    # ({argument: field}, e.g. {"tp_size": "tensor_model_parallel_size"}), from the knob
+    # table's rows for ``engine``; the backend passes every one (``rollout.base.knob_arguments``).
+    engine_args: dict[str, str] = field(default_factory=dict)
     # Raw engine arguments merged last (verl's rollout.engine_kwargs.<engine>).
     engine_kwargs: dict[str, Any] = field(default_factory=dict)
 

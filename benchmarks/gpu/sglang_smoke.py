@@ -32,7 +32,8 @@ Variants run in the order given; one that no longer fits in ``--budget-s`` is sk
   expected to hang; it confirms the diagnosis.
 
 Imports only the standard library here; the variants import SGLang and this repository's
-``trials`` (what an sglang trial imports with /tmp/site-sglang), nothing of /tmp/site.
+``trials`` (what an sglang trial imports with /tmp/site-sglang) and its knob table
+(``autotuner.knobs``, which imports no package beyond ``trials``), nothing of /tmp/site.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def _prompts(config: dict) -> list[list[int]]:
 
 def _spec(trial_id: str):
     """The GPU tests' rollout shape, small: the backend's defaults otherwise (CUDA graphs)."""
+    from autotuner.knobs import engine_arguments  # the knob table: no package beyond trials
     from trials.types import RolloutKnobs, TrialSpec
 
     return TrialSpec(
@@ -82,7 +84,7 @@ def _spec(trial_id: str):
         model_config=_config(),
         device="cuda",
         phases=["rollout"],
-        rollout=RolloutKnobs(engine="sglang"),
+        rollout=RolloutKnobs(engine="sglang", engine_args=engine_arguments("sglang")),
         prompt_lengths=[64] * 8,
         response_lengths=[16] * 8,
         device_memory_cap_gib=None,

@@ -276,6 +276,13 @@ def test_docs_are_served_without_a_cdn(server) -> None:
     assert {"application/json", "application/yaml"} <= set(body)
     assert "JobCreate" in schema["components"]["schemas"]
     assert "workload" in schema["components"]["schemas"]["JobCreate"]["properties"]
+    # The choices of a registry are listed from it (trials.rollout.BACKENDS, autotuner.samplers).
+    assert schema["components"]["schemas"]["Workload"]["properties"]["engine"]["enum"] == ["sglang", "vllm"]
+    assert schema["components"]["schemas"]["JobCreate"]["properties"]["sampler"]["enum"] == [
+        "nsga2",
+        "random",
+        "tpe",
+    ]
 
 
 def test_health_and_hardware(server, api) -> None:

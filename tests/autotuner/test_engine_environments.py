@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from autotuner.errors import EngineUnavailableError
 from autotuner.jobs import JobContext, check_engine_environment, execute, runner_id
+from autotuner.knobs import engine_arguments
 from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from trials.launcher import engine_importable, launch_trial
@@ -48,7 +49,7 @@ def _sglang_trial(trial_id: str) -> TrialSpec:
         model_config=QWEN_05B,
         device="cpu",
         phases=["rollout"],
-        rollout=RolloutKnobs(engine="sglang"),
+        rollout=RolloutKnobs(engine="sglang", engine_args=engine_arguments("sglang")),
         prompt_lengths=[16] * 4,
         response_lengths=[16] * 4,
         device_memory_cap_gib=2.0,

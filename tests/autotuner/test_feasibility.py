@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from autotuner.feasibility import MEMORY_KNOBS, Feasibility, rules_out
-from autotuner.knobs import SGLANG_KWARGS, R
+from autotuner.feasibility import Feasibility, rules_out
+from autotuner.knobs import SGLANG_KWARGS, R, memory_knobs
 from autotuner.records import TrialRecord
 
 CHUNK = SGLANG_KWARGS + "chunked_prefill_size"
@@ -51,7 +51,7 @@ def test_sglangs_kv_shortages_rule_out_no_larger_config(error_type, message) -> 
 def test_a_cuda_oom_under_sglang_rules_out_larger_chunks_and_budgets() -> None:
     feasibility = Feasibility()
     feasibility.add(_oom("OutOfMemoryError", "CUDA out of memory. Tried to allocate 2.00 GiB"))
-    assert CHUNK in MEMORY_KNOBS
+    assert CHUNK in memory_knobs("grows")
     assert feasibility.ruled_out_by(CONFIG | {CHUNK: 16384}) is not None
     assert feasibility.ruled_out_by(CONFIG | {R + "gpu_memory_utilization": 0.6}) is not None
     assert feasibility.ruled_out_by(CONFIG | {CHUNK: 4096}) is None

@@ -6,13 +6,16 @@ import numpy as np
 import pytest
 
 from autotuner.errors import SpecError, UnknownModelError
+from autotuner.samplers import SAMPLERS
 from autotuner.spec import (
+    JobSpec,
     LognormalLengths,
     NormalLengths,
     load_job_spec,
     parse_job_spec,
     resolve_model,
 )
+from trials.rollout import BACKENDS
 
 
 def test_defaults_are_a_valid_job() -> None:
@@ -72,7 +75,16 @@ def test_yaml_file_loads(tmp_path) -> None:
             "(verl rule S1)",
         ),
         ({"budget": {"max_trials": 0}}, "budget.max_trials", "greater than or equal to 1"),
-        ({"sampler": "grid-of-doom"}, "sampler", "'tpe'"),
+        (
+            {"sampler": "grid-of-doom"},
+            "sampler",
+            "unknown sampler 'grid-of-doom'; valid samplers: nsga2, random, tpe",
+        ),
+        (
+            {"workload": {"engine": "tgi"}},
+            "workload.engine",
+            "unknown rollout engine 'tgi'; valid rollout engines: sglang, vllm",
+        ),
         (
             {"workload": {"max_prompt_length": 4000, "max_response_length": 4000}},
             "workload.max_response_length",
@@ -164,3 +176,15 @@ def test_search_settings_are_bounded(section, field, value, message) -> None:
     with pytest.raises(SpecError, match=message) as caught:
         parse_job_spec({section: {field: value}})
     assert caught.value.field == f"{section}.{field}"
+
+
+def test_engine_and_sampler_choices_are_the_registries():
+    # Every registered name is accepted, and the schema (OpenAPI, the web form) lists exactly
+    # the registries' rows: a new engine or sampler is its registry row only.
+    for engine in BACKENDS:
+        assert parse_job_spec({"workload": {"engine": engine}}).workload.engine == engine
+    for sampler in SAMPLERS:
+        assert parse_job_spec({"sampler": sampler}).sampler == sampler
+    schema = JobSpec.model_json_schema()
+    assert schema["$defs"]["Workload"]["properties"]["engine"]["enum"] == sorted(BACKENDS)
+    assert schema["properties"]["sampler"]["enum"] == sorted(SAMPLERS)

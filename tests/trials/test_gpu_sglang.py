@@ -14,6 +14,7 @@ import sys
 
 import pytest
 from test_gpu import _has_cuda, qwen_spec
+from trial_helpers import with_engine
 
 from autotuner.settings import Settings
 from trials.launcher import engine_importable, launch_trial
@@ -41,7 +42,7 @@ pytestmark = [
 
 def _sglang_spec(trial_id: str, **overrides):
     spec = qwen_spec(trial_id, **overrides)
-    spec.rollout.engine = "sglang"
+    with_engine(spec, "sglang")
     return spec
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from trial_helpers import make_spec, wait_for_phase
+from trial_helpers import make_spec, wait_for_phase, with_engine
 from trial_watch import TrialSessions
 
 from trials.launcher import launch_trial
@@ -26,7 +26,7 @@ def test_full_trial_on_cpu(tiny_config, engine):
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"{engine} is not installed here")
     spec = make_spec(tiny_config, trial_id=f"e2e-{engine}", samples_per_prompt=4)
-    spec.rollout.engine = engine
+    with_engine(spec, engine)
     spec.rollout.free_cache_engine = False  # the engine stays up beside the training actor
     spec.train_probe = True
     spec.prompt_lengths = [p for p in spec.prompt_lengths[::4] for _ in range(4)]

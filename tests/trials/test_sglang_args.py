@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from trial_helpers import QWEN_05B_CONFIG, make_spec
+from trial_helpers import QWEN_05B_CONFIG, make_spec, with_engine
 
-from autotuner.knobs import KNOBS, SGLANG_KWARGS, R
-from autotuner.trialspec import knobs_for_trial
 from trials.errors import ConfigRejected, EngineMemoryRefused
 from trials.rollout.sglang import _on_sigquit, emulated_fraction, engine_kwargs
 
 
 def _cuda_spec(**rollout):
     spec = make_spec(json.loads(QWEN_05B_CONFIG.read_text()), device="cuda", device_memory_cap_gib=None)
+    with_engine(spec, "sglang")
     for key, value in rollout.items():
         setattr(spec.rollout, key, value)
     return spec
@@ -22,7 +21,6 @@ def _cuda_spec(**rollout):
 
 def test_verls_keys_map_to_sglangs_arguments():
     spec = _cuda_spec(
-        engine="sglang",
         gpu_memory_utilization=0.7,
         max_num_seqs=512,
         tensor_model_parallel_size=2,
@@ -58,32 +56,6 @@ def test_verls_keys_map_to_sglangs_arguments():
     # The failure handler travels to SGLang's processes with its arguments: module level.
     assert kwargs["custom_sigquit_handler"] is _on_sigquit
     assert _on_sigquit.__qualname__ == "_on_sigquit"
-
-
-def test_every_knob_with_an_sglang_argument_reaches_it_with_its_value():
-    config = {
-        R + "max_model_len": 4096,
-        R + "gpu_memory_utilization": 0.65,
-        R + "max_num_seqs": 128,
-        R + "tensor_model_parallel_size": 4,
-        R + "enforce_eager": False,
-        SGLANG_KWARGS + "chunked_prefill_size": 2048,
-    }
-    rollout, _ = knobs_for_trial(config, "sglang")
-    spec = _cuda_spec()
-    spec.rollout = rollout
-    kwargs = engine_kwargs(spec, "bfloat16", "/m")
-    mapped = {k.sglang_arg: config[path] for path, k in KNOBS.items() if k.sglang_arg}
-    assert set(mapped) == {
-        "mem_fraction_static",
-        "max_running_requests",
-        "tp_size",
-        "disable_cuda_graph",
-        "chunked_prefill_size",
-    }
-    assert {arg: kwargs[arg] for arg in mapped} == mapped
-    # verl passes vLLM's token budget to vLLM only.
-    assert KNOBS[R + "max_num_batched_tokens"].engines == ("vllm",)
 
 
 def test_engine_kwargs_are_merged_last():

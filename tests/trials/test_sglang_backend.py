@@ -17,7 +17,7 @@ import sys
 import threading
 
 import pytest
-from trial_helpers import QWEN_05B_CONFIG, make_spec
+from trial_helpers import QWEN_05B_CONFIG, make_spec, with_engine
 
 from trials.errors import EngineDied, KvCacheExhausted
 from trials.failures import classify_failure
@@ -30,7 +30,7 @@ def _spec(requests: int = 8):
     spec = make_spec(
         json.loads(QWEN_05B_CONFIG.read_text()), requests=requests, device="cuda", device_memory_cap_gib=None
     )
-    spec.rollout.engine = "sglang"
+    with_engine(spec, "sglang")
     spec.warmup_requests = 2
     return spec
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from trial_helpers import make_spec
+from trial_helpers import make_spec, with_engine
 
 from trials.actor import build_causal_lm
 from trials.rollout import get_backend
@@ -140,7 +140,7 @@ def test_the_bucket_size_must_be_positive(tiny_config):
 
 def test_sglang_gets_each_bucket_through_update_weights_from_tensor(tiny_config, stand_in):
     spec = make_spec(tiny_config, device="cuda", device_memory_cap_gib=None)
-    spec.rollout.engine = "sglang"
+    with_engine(spec, "sglang")
     backend = get_backend("sglang")
     backend.start(spec, "bfloat16")
     # The embedding (and its tied lm_head) of 2 MiB do not fit a 1 MiB bucket: each goes alone.

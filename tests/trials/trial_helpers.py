@@ -7,6 +7,7 @@ import random
 import time
 from pathlib import Path
 
+from autotuner.knobs import engine_arguments
 from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,6 +31,7 @@ def make_spec(config: dict, trial_id: str = "t", requests: int = 32, **overrides
             max_num_batched_tokens=1024,
             enforce_eager=True,
             max_model_len=256,
+            engine_args=engine_arguments("vllm"),
         ),
         train=TrainKnobs(
             ppo_micro_batch_size_per_gpu=4,
@@ -45,6 +47,13 @@ def make_spec(config: dict, trial_id: str = "t", requests: int = 32, **overrides
     )
     for key, value in overrides.items():
         setattr(spec, key, value)
+    return spec
+
+
+def with_engine(spec: TrialSpec, engine: str) -> TrialSpec:
+    """``spec`` on ``engine``, its knobs passed as the knob table names them for that engine."""
+    spec.rollout.engine = engine
+    spec.rollout.engine_args = engine_arguments(engine)
     return spec
 
 

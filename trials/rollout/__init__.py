@@ -2,7 +2,9 @@
 
 ``get_backend("vllm")`` imports vLLM's adapter only when asked (``sglang``: SGLang's); a
 name that is not in ``BACKENDS`` raises ``UnknownBackend`` listing the valid ones. Adding
-an engine means one module implementing ``RolloutBackend`` and one row here. Each engine
+an engine means one module implementing ``RolloutBackend`` and one row here (the job spec's
+``workload.engine`` accepts the names here), plus the control plane's knob rows for it: the
+argument it takes each knob as (``Knob.engine_args`` in ``autotuner.knobs``). Each engine
 is also the name of the Python package a trial's environment must import for it.
 """
 

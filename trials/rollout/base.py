@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 import os
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
+from trials.errors import InvalidTrialSpec
 from trials.types import TrialSpec
 
 
@@ -159,3 +161,25 @@ def dummy_model_dir(spec: TrialSpec) -> str:
     with open(os.path.join(path, "config.json"), "w") as f:
         json.dump(spec.model_config, f)
     return path
+
+
+def knob_arguments(spec: TrialSpec) -> dict[str, Any]:
+    """The engine's arguments for the trial's knobs: each argument ``spec.rollout.engine_args``
+    names, with the value of the rollout field it names. A spec that names none (which
+    would leave every knob at the engine's own default) or names a field ``RolloutKnobs``
+    does not have raises ``InvalidTrialSpec``."""
+    r = spec.rollout
+    if not r.engine_args:
+        raise InvalidTrialSpec(
+            f"rollout.engine_args is empty: the {r.engine} engine would get none of the trial's "
+            "knobs; give each engine argument its rollout field (the control plane's knob "
+            "table does: autotuner.knobs.engine_arguments)"
+        )
+    fields = {f.name for f in dataclasses.fields(r)}
+    unknown = sorted(name for name in r.engine_args.values() if name not in fields)
+    if unknown:
+        raise InvalidTrialSpec(
+            f"rollout.engine_args names {', '.join(unknown)}, not fields of the rollout knobs "
+            f"({', '.join(sorted(fields))})"
+        )
+    return {argument: getattr(r, name) for argument, name in r.engine_args.items()}

@@ -3,8 +3,9 @@
 The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids
 (``input_ids``) and every request generates exactly its ``max_new_tokens``
-(``ignore_eos``). The knobs go in as verl v0.9's ``SGLangHttpServer.launch_server``
-passes them (``verl/workers/rollout/sglang_rollout/async_sglang_server.py`` at tag v0.9.0;
+(``ignore_eos``). The knobs go in as the arguments the knob table names for SGLang
+(``RolloutKnobs.engine_args``), which are those verl v0.9's ``SGLangHttpServer.launch_server``
+passes (``verl/workers/rollout/sglang_rollout/async_sglang_server.py`` at tag v0.9.0;
 docs/verl-rules.md section 1):
 
 - ``gpu_memory_utilization`` -> ``mem_fraction_static``: a different budget than vLLM's.
@@ -17,7 +18,7 @@ docs/verl-rules.md section 1):
 - chunked prefill: verl passes no ``max_num_batched_tokens`` to SGLang; its chunk size is
   ``engine_kwargs.sglang.chunked_prefill_size``, which the control plane's knob of that
   path puts in the trial's ``max_num_batched_tokens`` field (the engine's tokens per
-  step), passed here as ``chunked_prefill_size``;
+  step), passed as ``chunked_prefill_size``;
 - as verl does: ``enable_memory_saver`` and ``enable_weights_cpu_backup`` (so ``sleep``
   releases weights and KV cache with ``release_memory_occupation`` and ``wake_up`` takes
   them back, by tag, with ``resume_memory_occupation``), no ``context_length`` (verl does
@@ -83,7 +84,14 @@ from typing import Any
 from trials import logcapture
 from trials.errors import ConfigRejected, EngineDied, EngineMemoryRefused, WeightSyncFailed
 from trials.memory import gpu_readings, gpu_total_gib
-from trials.rollout.base import EngineFacts, Generation, RolloutBackend, WeightBucket, dummy_model_dir
+from trials.rollout.base import (
+    EngineFacts,
+    Generation,
+    RolloutBackend,
+    WeightBucket,
+    dummy_model_dir,
+    knob_arguments,
+)
 from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
 from trials.rollout.watch import EngineWatch
 from trials.types import TrialSpec
@@ -106,7 +114,8 @@ _FAILURE_LINE = re.compile(
 def engine_kwargs(
     spec: TrialSpec, dtype: str, model_dir: str, emulated: tuple[float, float] | None = None
 ) -> dict[str, Any]:
-    """The ``sglang.Engine(...)`` arguments for ``spec`` (``engine_kwargs`` merged last).
+    """The ``sglang.Engine(...)`` arguments for ``spec``: the knobs' (``knob_arguments``), the
+    backend's own, ``engine_kwargs`` merged last.
 
     ``emulated``: (capacity, held) GiB when the GPU stands in for a smaller one of
     ``capacity`` (``device_memory_cap_gib``) and ``held`` GiB are in use as the engine starts:
@@ -123,11 +132,7 @@ def engine_kwargs(
         "load_format": "dummy",
         "skip_tokenizer_init": True,
         "dtype": dtype,
-        "mem_fraction_static": r.gpu_memory_utilization,
-        "max_running_requests": r.max_num_seqs,
-        "tp_size": r.tensor_model_parallel_size,
-        "disable_cuda_graph": r.enforce_eager,
-        "chunked_prefill_size": r.max_num_batched_tokens,
+        **knob_arguments(spec),
         "enable_memory_saver": True,
         "enable_weights_cpu_backup": True,
         "random_seed": spec.seed,

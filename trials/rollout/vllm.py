@@ -3,8 +3,9 @@
 The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids and
 every request generates exactly its ``max_tokens`` (``ignore_eos``). The knobs go in as
-verl's vLLM rollout passes them: ``gpu_memory_utilization``, ``max_num_batched_tokens``,
-``max_num_seqs``, ``tensor_parallel_size``, ``enforce_eager``, ``max_model_len``, prefix
+the arguments the knob table names for vLLM (``RolloutKnobs.engine_args``, as verl's vLLM
+rollout passes them: ``gpu_memory_utilization``, ``max_num_batched_tokens``,
+``max_num_seqs``, ``tensor_parallel_size``, ``enforce_eager``), with ``max_model_len``, prefix
 caching and chunked prefill on, ``worker_extension_cls`` (the weight sync's receiving
 end, ``trials.rollout.vllm_weights``, called with ``collective_rpc``), and without
 ``enforce_eager`` a ``compilation_config`` with ``cudagraph_mode="FULL_AND_PIECEWISE"``
@@ -43,7 +44,14 @@ from trials import logcapture
 from trials.errors import WeightSyncFailed
 from trials.memory import gpu_total_gib
 from trials.memory_cap import DEFAULT_CPU_CAP_GIB
-from trials.rollout.base import EngineFacts, Generation, RolloutBackend, WeightBucket, dummy_model_dir
+from trials.rollout.base import (
+    EngineFacts,
+    Generation,
+    RolloutBackend,
+    WeightBucket,
+    dummy_model_dir,
+    knob_arguments,
+)
 from trials.rollout.children import child_pids, death_probe, new_children, reap_new_children
 from trials.rollout.watch import EngineWatch, exit_text, named_deaths
 from trials.types import TrialSpec
@@ -61,18 +69,15 @@ _KV_LOG_LINE = re.compile(r"KV cache size: ([\d,]+) tokens")
 
 
 def engine_kwargs(spec: TrialSpec, dtype: str, model_dir: str) -> dict[str, Any]:
-    """The ``LLM(...)`` arguments for ``spec`` (``engine_kwargs`` merged last)."""
+    """The ``LLM(...)`` arguments for ``spec``: the knobs' (``knob_arguments``), the
+    adjustments for the device, ``engine_kwargs`` merged last."""
     r = spec.rollout
     kwargs: dict[str, Any] = {
         "model": model_dir,
         "load_format": "dummy",
         "skip_tokenizer_init": True,
         "dtype": dtype,
-        "gpu_memory_utilization": r.gpu_memory_utilization,
-        "max_num_batched_tokens": r.max_num_batched_tokens,
-        "max_num_seqs": r.max_num_seqs,
-        "tensor_parallel_size": r.tensor_model_parallel_size,
-        "enforce_eager": r.enforce_eager,
+        **knob_arguments(spec),
         "max_model_len": r.max_model_len,
         "enable_prefix_caching": True,
         "enable_chunked_prefill": True,
