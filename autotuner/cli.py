@@ -208,9 +208,13 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         else ""
     )
     console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
-    for path in _write_configs(service, job.id, chosen.number, out):
-        console.print(f"wrote {path}")
-    service.close()
+    try:
+        for path in _write_configs(service, job.id, chosen.number, out):
+            console.print(f"wrote {path}")
+    except AutotunerError as exc:  # e.g. verl's own validation refuses the config
+        console.print(f"not written: {exc}", markup=False, highlight=False)
+    finally:
+        service.close()
 
 
 @app.command()

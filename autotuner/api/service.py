@@ -17,11 +17,13 @@ import optuna
 from autotuner import hardware
 from autotuner.api.errors import ConflictError, InvalidInputError, NotFoundError
 from autotuner.api.submission import parse_body, validate_job
-from autotuner.export import to_overrides, to_yaml
+from autotuner.errors import AutotunerError
+from autotuner.export import to_overrides, to_yaml, verl_config
 from autotuner.jobs import JobContext
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
 from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
+from autotuner.verl_check import VerlChecker
 from storage import JobRecord
 from trials.launcher import remove_scratch
 
@@ -73,6 +75,7 @@ class JobService:
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
         self._trials: optuna.storages.RDBStorage | None = None
+        self._verl: VerlChecker | None = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -181,10 +184,24 @@ class JobService:
         runs = runs_of(view.records).get(rec.number)
         if runs is not None and runs.n >= 2:
             header["throughput"] = runs.describe()
+        header["verl check"] = self._verl_check(view.spec, rec.config)
         stem = f"{view.job.name}-trial{rec.number}"
         if fmt == "yaml":
             return ConfigFile(f"{stem}.yaml", "application/yaml", to_yaml(rec.config, view.spec, header))
         return ConfigFile(f"{stem}.overrides", "text/plain", to_overrides(rec.config, view.spec, header))
+
+    def _verl_check(self, spec: JobSpec, config: dict[str, Any]) -> str:
+        """verl's own check of the config (``autotuner.verl_check``): its header line, or
+        VerlRejectedError. The tuner's own checks run first (``export.verl_config``)."""
+        verl_config(config, spec)
+        try:
+            arch = spec.validate_model(self.ctx.settings.models_dir)
+        except AutotunerError as exc:
+            return f"not run (the job's model cannot be read now: {exc})"
+        with self._lock:
+            if self._verl is None:
+                self._verl = VerlChecker(self.ctx.settings)
+        return self._verl.check(spec, arch, config).header
 
     # ------------------------------------------------------------------ machine
 
