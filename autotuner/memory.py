@@ -13,8 +13,9 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   run between the actor's build and the engine's start, with nothing else on the device.
 - ``rollout``: the same residents (the KV cache is allocated at start-up).
 - ``train``: the engine asleep (only its CUDA context and graph pool stay), and the
-  largest of the three sub-phases over the micro-batches the rank runs (the lengths are
-  the job's own, drawn as the trial draws them): the old-log-prob forward (params +
+  largest of the three sub-phases over the micro-batches the rank runs (the largest
+  micro-batch the job's length distributions lead to, from their statistics,
+  ``autotuner.lengthstats``: the service holds no list per request): the old-log-prob forward (params +
   resident optimizer state + one micro-batch's forward activations, logits and their
   entropy), the reference forward, and the update (params + fp32 grads + AdamW state +
   the saved activations of every layer, or only their inputs under gradient
