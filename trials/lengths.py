@@ -64,7 +64,10 @@ def drawn(spec: TrialSpec) -> TrialSpec:
     b = spec.batch
     if b.prompts < 1 or b.samples_per_prompt < 1:
         raise InvalidTrialSpec(f"batch.prompts ({b.prompts}) and samples_per_prompt must be >= 1")
-    prompts, responses = step_lengths(b)
+    try:
+        prompts, responses = step_lengths(b)
+    except (KeyError, TypeError, ValueError) as exc:  # a distribution missing or mistyping a field
+        raise InvalidTrialSpec(f"batch: cannot draw lengths ({type(exc).__name__}: {exc})") from exc
     return dataclasses.replace(
         spec,
         batch=None,
