@@ -27,6 +27,7 @@ from autotuner.verl_check import VerlChecker
 from .conftest import REPO, TOKEN, A, Server, submit, train_job, wait_for
 
 MICRO = A + "ppo_micro_batch_size_per_gpu"
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +41,11 @@ def verl_version() -> str:
 
 
 @pytest.fixture(scope="module")
-def exported_job(
+def scene(
     tmp_path_factory: pytest.TempPathFactory, verl_version: str
 ) -> Iterator[tuple[Server, dict[str, Any]]]:
-    """A server of its own and a finished job of two trials on it."""
+    """A server of its own and a finished job of two trials on it (a ``scene``: the module's
+    tests run on one worker, tests/conftest.py)."""
     base = tmp_path_factory.mktemp("verl-export")
     server = Server(base / "data", base / "server.log", AUTOTUNER_API_TOKEN=TOKEN).start()
     try:
@@ -62,8 +64,8 @@ def _config_url(job: dict[str, Any], number: int, fmt: str = "yaml") -> str:
     return f"/v1/jobs/{job['id']}/trials/{number}/config?format={fmt}"
 
 
-def test_a_config_verl_accepts_is_written_saying_so(exported_job, verl_version) -> None:
-    server, job = exported_job
+def test_a_config_verl_accepts_is_written_saying_so(scene, verl_version) -> None:
+    server, job = scene
     with server.client() as api:
         first = api.get(_config_url(job, 0))
         assert first.status_code == 200, first.text
@@ -98,8 +100,8 @@ def _tamper(server: Server, job: dict[str, Any], number: int) -> dict[str, Any]:
     return dict(config)
 
 
-def test_a_config_verl_rejects_is_refused_naming_verls_complaint(exported_job, verl_version) -> None:
-    server, job = exported_job
+def test_a_config_verl_rejects_is_refused_naming_verls_complaint(scene, verl_version) -> None:
+    server, job = scene
     config = _tamper(server, job, 1)
     verl_config(config, read_stored_spec(json.dumps(job["spec"])))  # the tuner's own checks pass it
     complaint = (
@@ -127,10 +129,8 @@ def test_a_config_verl_rejects_is_refused_naming_verls_complaint(exported_job, v
     )
 
 
-def test_without_verls_environment_the_header_says_its_check_was_not_run(
-    exported_job, tmp_path: Path
-) -> None:
-    server, job = exported_job
+def test_without_verls_environment_the_header_says_its_check_was_not_run(scene, tmp_path: Path) -> None:
+    server, job = scene
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTOTUNER_")}
     env |= {
         "AUTOTUNER_DATA_DIR": str(server.data_dir),
