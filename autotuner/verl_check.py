@@ -13,6 +13,7 @@ export says in its header that verl's own check was not run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -119,8 +120,9 @@ class VerlChecker:
             if not finished:  # not a verdict: said in the header, asked again next time
                 return VerlVerdict(None, reason=error or "")
             verdict = VerlVerdict(version, error)
-            stored.parent.mkdir(parents=True, exist_ok=True)
-            stored.write_text(json.dumps(verdict.__dict__))
+            with contextlib.suppress(OSError):  # a data dir we cannot write: kept in memory only
+                stored.parent.mkdir(parents=True, exist_ok=True)
+                stored.write_text(json.dumps(verdict.__dict__))
         self._verdicts[key] = verdict
         return verdict
 
