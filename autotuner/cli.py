@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
@@ -207,9 +208,13 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         else ""
     )
     console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
-    for path in _write_configs(service, job.id, chosen.number, out):
-        console.print(f"wrote {path}")
-    service.close()
+    try:
+        for path in _write_configs(service, job.id, chosen.number, out):
+            console.print(f"wrote {path}")
+    except AutotunerError as exc:  # e.g. verl's own validation refuses the config
+        console.print(f"not written: {exc}", markup=False, highlight=False)
+    finally:
+        service.close()
 
 
 @app.command()
@@ -448,17 +453,30 @@ ServerOpt = Annotated[str, typer.Option(help="The autotuner server's URL.")]
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
-def _request(method: str, server: str, path: str, token: str | None, **kwargs: Any) -> httpx.Response:
+def _request(
+    method: str, server: str, path: str, token: str | None, retries: int = 0, **kwargs: Any
+) -> httpx.Response:
+    """One request; ``retries``: how many times to send it again after a timeout, a lost
+    connection or a 503 (only for a request safe to repeat, such as a submission with an
+    Idempotency-Key)."""
     import httpx
 
     headers = dict(kwargs.pop("headers", {}))
     if token:
         headers["Authorization"] = f"Bearer {token}"
     url = server.rstrip("/") + path
-    try:
-        response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
-    except httpx.HTTPError as exc:
-        _fail(f"cannot reach the autotuner server at {server}: {exc}")
+    for attempt in range(retries + 1):
+        try:
+            response = httpx.request(method, url, headers=headers, timeout=60, **kwargs)
+        except httpx.HTTPError as exc:
+            if attempt < retries and isinstance(exc, httpx.TransportError):
+                time.sleep(2**attempt)
+                continue
+            _fail(f"cannot reach the autotuner server at {server}: {exc}")
+        if response.status_code == 503 and attempt < retries:
+            time.sleep(2**attempt)
+            continue
+        break
     if response.status_code >= 400:
         _fail(f"{method} {url}: {response.status_code} {_problem(response)}")
     return response
@@ -492,9 +510,10 @@ def submit(
     except OSError as exc:
         _fail(f"cannot read {job_file}: {exc.strerror}")
     media = "application/json" if job_file.suffix.lower() == ".json" else "application/yaml"
-    created = _request(
-        "POST", server, "/v1/jobs", token, content=text, headers={"Content-Type": media}
-    ).json()
+    # One key per submission: the retries after a timeout send it again, and get the job the
+    # first attempt created instead of a second one.
+    headers = {"Content-Type": media, "Idempotency-Key": uuid.uuid4().hex}
+    created = _request("POST", server, "/v1/jobs", token, retries=3, content=text, headers=headers).json()
     console.print(f"job {created['id']} {created['status']}: {created['url']}")
 
 

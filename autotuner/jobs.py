@@ -94,6 +94,12 @@ class JobContext:
     def submit(self, spec: JobSpec) -> JobRecord:
         return self.store.create(spec.name, spec.model_dump_json(), spec.budget.max_trials)
 
+    def submit_once(self, spec: JobSpec, idempotency_key: str, request_sha256: str) -> tuple[JobRecord, bool]:
+        """``submit`` under a client's idempotency key (``JobStore.create_once``)."""
+        return self.store.create_once(
+            spec.name, spec.model_dump_json(), spec.budget.max_trials, idempotency_key, request_sha256
+        )
+
     def spec_of(self, job: JobRecord) -> JobSpec:
         return parse_job_spec(json.loads(job.spec_json))
 

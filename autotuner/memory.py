@@ -13,8 +13,9 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   run between the actor's build and the engine's start, with nothing else on the device.
 - ``rollout``: the same residents (the KV cache is allocated at start-up).
 - ``train``: the engine asleep (only its CUDA context and graph pool stay), and the
-  largest of the three sub-phases over the micro-batches the rank runs (the lengths are
-  the job's own, drawn as the trial draws them): the old-log-prob forward (params +
+  largest of the three sub-phases over the micro-batches the rank runs (the largest
+  micro-batch the job's length distributions lead to, from their statistics,
+  ``autotuner.lengthstats``: the service holds no list per request): the old-log-prob forward (params +
   resident optimizer state + one micro-batch's forward activations, logits and their
   entropy), the reference forward, and the update (params + fp32 grads + AdamW state +
   the saved activations of every layer, or only their inputs under gradient
@@ -50,18 +51,19 @@ a proposal whose checked phase exceeds the capacity by more than the job's margi
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from autotuner.knobs import KNOBS, SpaceContext, memory_knobs
+from autotuner.lengthstats import StepLengths
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
-from autotuner.trialspec import build_trial_spec
-from trials.batching import MicroBatch, log_prob_plan, update_plan
-from trials.errors import TrialError
+from autotuner.trialspec import batch_draw, build_trial_spec
 from trials.types import TrialSpec
 
 GIB = float(1 << 30)
@@ -89,6 +91,15 @@ class Physics:
     cuda_graph_pool_gib: float = 1.0  # the engine's graphs, outside its budget, kept asleep
     engine_asleep_gib: float = 0.0  # what a sleeping engine keeps besides context and graphs
     allocator_slack: float = 0.05  # caching allocator: reserved over allocated, of the transient
+
+
+class Shape(NamedTuple):
+    """A micro-batch as the actor computes it: the positions it computes (padding
+    included), its real tokens, and the elements of its attention mask (SDPA only)."""
+
+    positions: float
+    real: float
+    mask: float
 
 
 @dataclass
@@ -234,6 +245,8 @@ class MemoryModel:
         self.k = physics or Physics()
         self.corrections: dict[str, Correction] = {}
         self._cache: dict[str, MemoryPrediction] = {}
+        self._lengths: StepLengths | None = None
+        self._batch = batch_draw(spec)
 
     # ---------------------------------------------------------------- calibration
 
@@ -277,8 +290,15 @@ class MemoryModel:
             if path not in config and k.relevant(ctx, config)
         }
         return build_trial_spec(
-            self.spec, self.arch, before | config, "memory-model", self.device, self.capacity_gib
+            self.spec, self.arch, before | config, "memory-model", self.device, self.capacity_gib, self._batch
         )
+
+    @property
+    def lengths(self) -> StepLengths:
+        """The job's sequence-length statistics (computed once)."""
+        if self._lengths is None:
+            self._lengths = StepLengths.of(self.spec.workload)
+        return self._lengths
 
     def physics_of(self, config: dict) -> MemoryPrediction:
         key = json.dumps(config, sort_keys=True, default=str)
@@ -374,58 +394,73 @@ class MemoryModel:
     ) -> dict[str, float]:
         """Each train sub-phase's peak, without the contexts and the sleeping engine."""
         t = trial.train
-        lengths = [
-            p + r for p, r in zip(trial.train_prompt_lengths, trial.train_response_lengths, strict=True)
-        ]
-        try:
-            plans = {
-                "old_log_prob": log_prob_plan(
-                    lengths,
-                    t.log_prob_micro_batch_size_per_gpu,
-                    t.use_dynamic_bsz,
-                    t.log_prob_max_token_len_per_gpu,
-                    "log_prob_max_token_len_per_gpu",
-                ),
-                "ref_log_prob": log_prob_plan(
-                    lengths,
-                    t.ref_log_prob_micro_batch_size_per_gpu,
-                    t.use_dynamic_bsz,
-                    t.log_prob_max_token_len_per_gpu,
-                    "log_prob_max_token_len_per_gpu",
-                ),
-                "update_actor": update_plan(
-                    lengths,
-                    trial.local_mini_batch_size,
-                    t.ppo_micro_batch_size_per_gpu,
-                    t.use_dynamic_bsz,
-                    t.ppo_max_token_len_per_gpu,
-                ),
-            }
-        except TrialError:
+        count = self._rank_sequences(trial)
+        mini = min(trial.local_mini_batch_size, count)
+        minis = -(-count // max(mini, 1))
+        worst = functools.partial(self._worst, dynamic=t.use_dynamic_bsz, packed=t.use_remove_padding)
+        log_prob_budget = t.log_prob_max_token_len_per_gpu
+        planned = {
+            "old_log_prob": worst(count, 1, t.log_prob_micro_batch_size_per_gpu, log_prob_budget),
+            "ref_log_prob": worst(count, 1, t.ref_log_prob_micro_batch_size_per_gpu, log_prob_budget),
+            "update_actor": worst(mini, minis, t.ppo_micro_batch_size_per_gpu, t.ppo_max_token_len_per_gpu),
+        }
+        shapes = {name: shape for name, shape in planned.items() if shape is not None}
+        if len(shapes) < len(planned):  # a plan verl rejects (trials.batching)
             return {"update_actor": params + grads + optimizer}
         cb = self._compute_bytes(trial)
         resident_opt = 0.0 if t.optimizer_offload else optimizer
         layer_copy = self._unit_bytes(cb) / GIB  # FSDP's compute-dtype copy of the units in use
         slack = 1.0 + self.k.allocator_slack
-        packed = t.use_remove_padding
         ref = cb * self.arch.num_parameters / max(trial.n_gpus, 1) / GIB if t.use_ref else 0.0
         cuda = self.device == "cuda"
         ref_resident = 0.0 if cuda else ref
-        fwd = max(self._forward_bytes(mb, lengths, packed, cb, True) for mb in plans["old_log_prob"])
+        fwd = self._forward_bytes(shapes["old_log_prob"], cb, True)
         out = {"old_log_prob": params + resident_opt + ref_resident + layer_copy + slack * fwd / GIB}
         if t.use_ref:
-            ref_fwd = max(self._forward_bytes(mb, lengths, packed, cb, False) for mb in plans["ref_log_prob"])
+            ref_fwd = self._forward_bytes(shapes["ref_log_prob"], cb, False)
             actor_params = 0.0 if t.param_offload else params
             streamed = self._unit_bytes(4) / GIB if cuda else 0.0  # the float32 units copied in
             out["ref_log_prob"] = (
                 actor_params + resident_opt + ref_resident + streamed + layer_copy + slack * ref_fwd / GIB
             )
-        upd = max(
-            self._update_bytes(mb, lengths, packed, cb, t.enable_gradient_checkpointing)
-            for mb in plans["update_actor"]
-        )
+        upd = self._update_bytes(shapes["update_actor"], cb, t.enable_gradient_checkpointing)
         out["update_actor"] = params + grads + optimizer + ref_resident + layer_copy + slack * upd / GIB
         return out
+
+    def _rank_sequences(self, trial: TrialSpec) -> int:
+        """The sequences one rank trains on in a step (its share of ``train_batch_size * n``)."""
+        w = self.spec.workload
+        return max(1, w.train_batch_size * w.n // max(trial.n_gpus, 1))
+
+    def _worst(
+        self, count: int, sets: int, micro: int, budget: int, dynamic: bool, packed: bool
+    ) -> Shape | None:
+        """The largest micro-batch of ``sets`` sets of ``count`` sequences, each set cut into
+        micro-batches as ``trials.batching`` cuts it (``micro`` sequences, or balanced by
+        ``budget`` tokens); None where verl rejects the plan. From the job's length
+        statistics (``autotuner.lengthstats``), never a list per request."""
+        if micro < 1 or count < 1:
+            return None
+        stats = self.lengths
+        longest = stats.longest(count * sets)
+        if dynamic:
+            if longest > budget:  # verl rejects a sequence longer than the token budget
+                return None
+            heaviest = stats.largest_sum(count, sets)
+            groups = min(count, max(1, math.ceil(heaviest / budget)))
+            # Balanced longest-first: every group within one short sequence of the mean.
+            real = min(heaviest, heaviest / groups + stats.shortest(count))
+            rows = math.ceil(count / groups)
+        else:
+            rows = min(micro, count)
+            real = stats.largest_sum(rows, math.ceil(count / rows) * sets)
+        sdpa = self.device != "cuda"  # flash-attention on a GPU takes no mask
+        if packed:  # one row of the micro-batch's real tokens
+            return Shape(real, real, real * real if sdpa else 0.0)
+        if not dynamic:  # the micro-batch holding the longest sequence: rows x its length
+            real = (rows - 1) * stats.mean + longest
+        positions = rows * longest
+        return Shape(positions, min(real, positions), rows * longest * longest if sdpa else 0.0)
 
     def _compute_bytes(self, trial: TrialSpec) -> int:
         requested = DTYPE_BYTES.get(trial.dtype, 2)
@@ -449,16 +484,7 @@ class MemoryModel:
         inter = int(a.config["intermediate_size"])
         return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
 
-    def _shape(self, mb: MicroBatch, lengths: list[int], packed: bool) -> tuple[int, int, int]:
-        """(positions the model computes, real tokens, attention-mask elements)."""
-        real = sum(lengths[i] for i in mb.indices)
-        sdpa = self.device != "cuda"  # flash-attention on a GPU takes no mask
-        if packed:
-            return real, real, real * real if sdpa else 0
-        rows, width = len(mb.indices), max(lengths[i] for i in mb.indices)
-        return rows * width, real, rows * width * width if sdpa else 0
-
-    def _logit_bytes(self, positions: int, real: int, cb: int, grad: bool) -> float:
+    def _logit_bytes(self, positions: float, real: float, cb: int, grad: bool) -> float:
         """The logits of every computed position in the compute dtype, the real rows'
         gather (padded), and the log-probability's working copies: flash-attn's fused
         cross-entropy on a GPU, a float32 log-softmax elsewhere; with ``grad``, their
@@ -469,12 +495,10 @@ class MemoryModel:
         work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
         return logits + work * (2 if grad else 1)
 
-    def _forward_bytes(
-        self, mb: MicroBatch, lengths: list[int], packed: bool, cb: int, entropy: bool
-    ) -> float:
+    def _forward_bytes(self, shape: Shape, cb: int, entropy: bool) -> float:
         """A forward without grad: one layer's transient, the attention mask, the logits
         (with the old-log-prob forward's entropy: two more rows-by-vocab temporaries)."""
-        positions, real, mask = self._shape(mb, lengths, packed)
+        positions, real, mask = shape
         a = self.arch
         inter = int(a.config["intermediate_size"])
         layer = positions * (cb * (3 * inter + 4 * a.hidden_size))
@@ -483,12 +507,10 @@ class MemoryModel:
             logits += 2 * real * float(a.vocab_size) * cb
         return layer + mask + logits
 
-    def _update_bytes(
-        self, mb: MicroBatch, lengths: list[int], packed: bool, cb: int, checkpointing: bool
-    ) -> float:
+    def _update_bytes(self, shape: Shape, cb: int, checkpointing: bool) -> float:
         """A forward + backward: saved activations (all layers', or their inputs plus one
         layer recomputed), the mask, and the logits with their gradients."""
-        positions, real, mask = self._shape(mb, lengths, packed)
+        positions, real, mask = shape
         a = self.arch
         per_layer = self._per_token_layer_bytes(cb) * positions
         if checkpointing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -32,6 +33,7 @@ from autotuner.errors import SpecError, UnknownModelError
 from autotuner.model_config import config_problems
 from autotuner.samplers import SAMPLERS
 from autotuner.yamlload import load_spec_yaml
+from trials.lengths import draw_lengths
 from trials.rollout import BACKENDS  # the engines' names: no engine is imported
 
 
@@ -69,11 +71,16 @@ class _Model(BaseModel):
 
 class _Lengths(_Model):
     def draw(self, count: int, rng: np.random.Generator, cap: int) -> list[int]:
-        """Draw ``count`` lengths, clipped to [1, cap]."""
-        raw = np.asarray(self._draw(count, rng), dtype=float)
-        return [int(v) for v in np.clip(np.rint(raw), 1, cap)]
+        """Draw ``count`` lengths, clipped to [1, cap], as a trial draws them
+        (``trials.lengths``)."""
+        return draw_lengths(self.model_dump(), count, rng, cap)
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:  # pragma: no cover
+    def quantiles(self, u: np.ndarray, cap: int) -> np.ndarray:
+        """The lengths at probabilities ``u`` (a draw's quantile function), rounded and
+        clipped to [1, cap] as a draw is: bounded work, whatever the batch size."""
+        return np.clip(np.rint(np.asarray(self._quantiles(u), dtype=float)), 1, cap)
+
+    def _quantiles(self, u: np.ndarray) -> Any:  # pragma: no cover
         raise NotImplementedError
 
     def upper_bound(self) -> float:
@@ -85,14 +92,19 @@ class _Lengths(_Model):
         return int(getattr(self, "min", 1))
 
 
+def _normal_quantiles(u: np.ndarray) -> np.ndarray:
+    unit = statistics.NormalDist()
+    return np.array([unit.inv_cdf(float(p)) for p in u])
+
+
 class FixedLengths(_Lengths):
     """Every request has the same length."""
 
     kind: Literal["fixed"] = "fixed"
     value: int = Field(ge=1, description="The length, in tokens.")
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:
-        return np.full(count, self.value)
+    def _quantiles(self, u: np.ndarray) -> Any:
+        return np.full(len(u), self.value)
 
     def upper_bound(self) -> float:
         return self.value
@@ -114,8 +126,8 @@ class UniformLengths(_Lengths):
             raise ValueError(f"low ({self.low}) must be <= high ({self.high}); swap them")
         return self
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:
-        return rng.integers(self.low, self.high + 1, size=count)
+    def _quantiles(self, u: np.ndarray) -> Any:
+        return np.minimum(self.low + np.floor(u * (self.high - self.low + 1)), self.high)
 
     def upper_bound(self) -> float:
         return self.high
@@ -133,8 +145,9 @@ class NormalLengths(_Lengths):
     min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
     max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:
-        return np.clip(rng.normal(self.mean, self.std, size=count), self.min, self.max or np.inf)
+    def _quantiles(self, u: np.ndarray) -> Any:
+        raw = self.mean + self.std * _normal_quantiles(u)
+        return np.clip(raw, self.min, self.max or np.inf)
 
     def upper_bound(self) -> float:
         return self.max if self.max is not None else math.inf
@@ -149,8 +162,8 @@ class LognormalLengths(_Lengths):
     min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
     max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:
-        raw = rng.lognormal(math.log(self.median), self.sigma, size=count)
+    def _quantiles(self, u: np.ndarray) -> Any:
+        raw = np.exp(math.log(self.median) + self.sigma * _normal_quantiles(u))
         return np.clip(raw, self.min, self.max or np.inf)
 
     def upper_bound(self) -> float:
@@ -163,8 +176,9 @@ class ListLengths(_Lengths):
     kind: Literal["list"] = "list"
     values: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=1_000_000)
 
-    def _draw(self, count: int, rng: np.random.Generator) -> Any:
-        return rng.choice(np.asarray(self.values), size=count, replace=True)
+    def _quantiles(self, u: np.ndarray) -> Any:
+        ordered = np.sort(np.asarray(self.values))
+        return ordered[np.minimum((u * len(ordered)).astype(int), len(ordered) - 1)]
 
     def upper_bound(self) -> float:
         return max(self.values)

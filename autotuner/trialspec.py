@@ -1,8 +1,10 @@
 """Turn a job and one proposed config into the worker's ``TrialSpec``.
 
-Lengths are drawn once per job from its seed, so every trial is measured on the same
-requests: the whole batch is ``train_batch_size`` prompts, each sampled ``n`` times
-with its own response length. A trial runs on ``trial_gpus(spec, config)`` GPUs, one
+Lengths are drawn from the job's seed, so every trial is measured on the same requests:
+the whole batch is ``train_batch_size`` prompts, each sampled ``n`` times with its own
+response length. The spec carries the distributions, the seed and the counts
+(``trials.types.BatchDraw``); the trial process draws the lengths (``trials.lengths``),
+so the service never holds a list per request. A trial runs on ``trial_gpus(spec, config)`` GPUs, one
 actor rank per GPU (``trials.ranks``): by default one rollout replica's TP group (its
 replica's share of the requests, its ranks' shares of the sequences; all replicas run in
 parallel in verl), with ``cluster.trial_scope: world`` the whole world.
@@ -10,34 +12,30 @@ parallel in verl), with ``cluster.trial_scope: world`` the whole world.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any, Literal
-
-import numpy as np
 
 from autotuner.knobs import KNOBS, R, engine_arguments
 from autotuner.spec import JobSpec, ModelArch
-from trials.types import RolloutKnobs, TrainKnobs, TrialSpec
+from trials.types import BatchDraw, RolloutKnobs, TrainKnobs, TrialSpec
 
 
-@dataclass(frozen=True)
-class Batch:
-    """The lengths of one PPO step's batch, request by request."""
-
-    prompt_lengths: list[int]  # one per request (prompts repeated n times)
-    response_lengths: list[int]  # one per request
-
-    @property
-    def tokens(self) -> int:
-        return sum(self.prompt_lengths) + sum(self.response_lengths)
-
-
-def draw_batch(spec: JobSpec) -> Batch:
+def batch_draw(spec: JobSpec) -> BatchDraw:
+    """How every trial of the job draws its step's batch (the whole step; ``build_trial_spec``
+    sets the trial's share). No per-request data: the trial process draws it."""
     w = spec.workload
-    rng = np.random.default_rng(spec.seed)
-    prompts = w.prompt_length.draw(w.train_batch_size, rng, w.max_prompt_length)
-    responses = w.response_length.draw(w.train_batch_size * w.n, rng, w.max_response_length)
-    return Batch([p for p in prompts for _ in range(w.n)], responses)
+    requests = w.train_batch_size * w.n
+    return BatchDraw(
+        prompt_length=w.prompt_length.model_dump(),
+        response_length=w.response_length.model_dump(),
+        max_prompt_length=w.max_prompt_length,
+        max_response_length=w.max_response_length,
+        prompts=w.train_batch_size,
+        samples_per_prompt=w.n,
+        seed=spec.seed,
+        rollout_requests=requests,
+        train_sequences=requests,
+    )
 
 
 def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, TrainKnobs]:
@@ -71,17 +69,22 @@ def build_trial_spec(
     trial_id: str,
     device: Literal["cuda", "cpu"],
     device_memory_cap_gib: float | None,
+    batch: BatchDraw | None = None,
 ) -> TrialSpec:
+    """The worker's spec for ``config``; ``batch``: the job's ``batch_draw`` (computed here
+    when not given; a caller building many specs passes it once)."""
     w, cluster = spec.workload, spec.cluster
-    batch = draw_batch(spec)
     rollout, train = knobs_for_trial(config, w.engine)
     train.use_ref = w.use_kl_loss
     train.entropy_coeff = w.entropy_coeff
+    requests = w.train_batch_size * w.n
     replicas = cluster.world_size // rollout.tensor_model_parallel_size
-    per_replica = len(batch.prompt_lengths) // replicas
-    per_rank = len(batch.prompt_lengths) // cluster.world_size
+    per_replica = requests // replicas
+    per_rank = requests // cluster.world_size
     ranks = trial_gpus(spec, config)  # the trial's replicas' requests, its ranks' sequences
     served = per_replica * (ranks // rollout.tensor_model_parallel_size)
+    whole = batch or batch_draw(spec)
+    share = dataclasses.replace(whole, rollout_requests=served, train_sequences=per_rank * ranks)
     phases = [p for p, on in (("rollout", w.measures_rollout), ("train", w.measures_train)) if on]
     return TrialSpec(
         trial_id=trial_id,
@@ -92,10 +95,7 @@ def build_trial_spec(
         phases=phases,
         rollout=rollout,
         train=train,
-        prompt_lengths=batch.prompt_lengths[:served],
-        response_lengths=batch.response_lengths[:served],
-        train_prompt_lengths=batch.prompt_lengths[: per_rank * ranks],
-        train_response_lengths=batch.response_lengths[: per_rank * ranks],
+        batch=share,
         local_mini_batch_size=w.ppo_mini_batch_size * w.n // cluster.world_size,
         samples_per_prompt=w.n,
         n_gpus=cluster.world_size,

@@ -48,11 +48,19 @@ class JobStore:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def create(self, name: str, spec_json: str, trials_total: int) -> JobRecord:
+    def create(
+        self,
+        name: str,
+        spec_json: str,
+        trials_total: int,
+        idempotency_key: str | None = None,
+        request_sha256: str | None = None,
+    ) -> JobRecord:
         """Store a queued job; ``spec_json`` is kept as given. Its study is ``job-<id>``.
 
         Raises:
             ValueError: ``trials_total`` is negative.
+            ConstraintViolationError: a job with this ``idempotency_key`` exists.
         """
         if trials_total < 0:
             raise ValueError(f"trials_total={trials_total}: must be 0 or more")
@@ -69,10 +77,35 @@ class JobStore:
                 trials_done=0,
                 trials_total=trials_total,
                 cancel_requested=False,
+                idempotency_key=idempotency_key,
+                request_sha256=request_sha256,
             )
             session.add(row)
             session.flush()
             return JobRecord.from_row(row)
+
+        return self._database.run_transaction(work)
+
+    def create_once(
+        self, name: str, spec_json: str, trials_total: int, idempotency_key: str, request_sha256: str
+    ) -> tuple[JobRecord, bool]:
+        """``create`` under the client's ``idempotency_key``, or the job an earlier request with
+        that key created: (the job, whether this call created it). Two requests racing with
+        one key store one job (the key is unique); the loser gets the winner's."""
+        try:
+            return self.create(name, spec_json, trials_total, idempotency_key, request_sha256), True
+        except errors.ConstraintViolationError:
+            existing = self.by_idempotency_key(idempotency_key)
+            if existing is None:
+                raise
+            return existing, False
+
+    def by_idempotency_key(self, idempotency_key: str) -> JobRecord | None:
+        """The job a request with this ``Idempotency-Key`` created, if any."""
+
+        def work(session: Session) -> JobRecord | None:
+            row = session.scalars(select(JobRow).where(JobRow.idempotency_key == idempotency_key)).first()
+            return None if row is None else JobRecord.from_row(row)
 
         return self._database.run_transaction(work)
 

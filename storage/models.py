@@ -94,3 +94,7 @@ class JobRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     result_json: Mapped[str | None] = mapped_column("result", Text)
     device: Mapped[str | None] = mapped_column(Text)
+    # The client's Idempotency-Key of the submission that created the job, and the SHA-256
+    # of that request's body: a retry with the key gets this job back, never a second one.
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
+    request_sha256: Mapped[str | None] = mapped_column(String(64))

@@ -29,6 +29,8 @@ class JobRecord:
     error: str | None
     result_json: str | None
     device: str | None
+    idempotency_key: str | None = None
+    request_sha256: str | None = None
 
     @property
     def is_finished(self) -> bool:

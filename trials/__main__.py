@@ -93,13 +93,15 @@ def _descendants_killer() -> Callable[[], None]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trials.errors import TrialError
+    from trials.lengths import drawn
     from trials.types import TrialResult, TrialSpec
 
     with open(args.spec) as f:
         raw = f.read()
     try:
-        spec = TrialSpec.from_json(raw)
-    except (TypeError, ValueError, KeyError) as exc:
+        spec = drawn(TrialSpec.from_json(raw))  # the batch is drawn here, in the trial's process
+    except (TypeError, ValueError, KeyError, TrialError) as exc:
         trial_id = str(json.loads(raw).get("trial_id", "")) if raw.strip().startswith("{") else ""
         result = TrialResult(trial_id, "error", error_type="InvalidTrialSpec", error_message=str(exc))
         _write_json(args.out, result.to_json())

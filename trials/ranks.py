@@ -50,6 +50,7 @@ from pathlib import Path
 
 from trials import failures
 from trials.errors import InvalidTrialSpec, TrialError
+from trials.lengths import drawn
 from trials.metrics import THROUGHPUT
 from trials.phases import phase_of
 from trials.step import step_metrics
@@ -218,6 +219,7 @@ def run_ranks(
     """Run ``spec`` over ``spec.trial_gpus`` rank processes and merge them; never raises."""
     start = time.perf_counter()
     try:
+        spec = drawn(spec)
         check_ranks_spec(spec)
         visible = _trial_gpus(spec)
     except TrialError as exc:

@@ -63,6 +63,7 @@ from trials import failures
 from trials.colocation import check_engine_fits, emulated_capacity_gib
 from trials.device import compute_dtype, describe_device, dtype_bits, hostname, software
 from trials.errors import InvalidTrialSpec
+from trials.lengths import drawn
 from trials.logcapture import StderrTail
 from trials.memory import (
     PeakMemorySampler,
@@ -128,6 +129,7 @@ def run_trial(
 
     with StderrTail() as tail, listening(entered):
         try:
+            spec = drawn(spec)
             result.device = describe_device(spec.device)
             result.software = software(spec.device, spec.rollout.engine)
             _Trial(spec, result, start, group).run()

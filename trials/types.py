@@ -107,12 +107,33 @@ class TrainKnobs:
 
 
 @dataclass
+class BatchDraw(JsonData):
+    """How a trial draws its batch (``trials.lengths``): the job's length distributions
+    (as the job spec holds them), caps, counts and seed, and the requests this trial takes
+    from the step, each a prefix of the step's requests (prompts repeated
+    ``samples_per_prompt`` times): ``rollout_requests`` for its replicas' rollout,
+    ``train_sequences`` for its ranks' train share."""
+
+    prompt_length: dict[str, Any]
+    response_length: dict[str, Any]
+    max_prompt_length: int
+    max_response_length: int
+    prompts: int  # data.train_batch_size
+    samples_per_prompt: int  # rollout.n
+    seed: int
+    rollout_requests: int
+    train_sequences: int
+
+
+@dataclass
 class TrialSpec(JsonData):
     """One configuration to benchmark, with the workload it is measured on.
 
-    Lengths are drawn by the control plane (seeded), so every trial of a job sees the
-    same requests. ``prompt_lengths`` has one entry per request the rollout replica
-    serves; ``response_lengths`` has the same length and gives each request's
+    Lengths are drawn from the job's seed, so every trial of a job sees the same
+    requests. The control plane sends ``batch`` (the distributions, counts and seed) and
+    the trial process draws the lists from it (``trials.lengths.drawn``); a spec may give
+    the lists instead (``batch`` None). ``prompt_lengths`` has one entry per request the
+    rollout replica serves; ``response_lengths`` has the same length and gives each request's
     ``max_tokens`` (generated with ``ignore_eos``). ``train_prompt_lengths`` and
     ``train_response_lengths`` are the sequences one data-parallel rank processes in
     one PPO step (its share of ``train_batch_size * n``).
@@ -126,6 +147,7 @@ class TrialSpec(JsonData):
     phases: list[str] = field(default_factory=lambda: ["rollout", "train"])
     rollout: RolloutKnobs = field(default_factory=RolloutKnobs)
     train: TrainKnobs = field(default_factory=TrainKnobs)
+    batch: BatchDraw | None = None
     prompt_lengths: list[int] = field(default_factory=list)
     response_lengths: list[int] = field(default_factory=list)
     train_prompt_lengths: list[int] = field(default_factory=list)
@@ -179,6 +201,8 @@ class TrialSpec(JsonData):
         data = dict(data)
         data["rollout"] = RolloutKnobs(**data.get("rollout", {}))
         data["train"] = TrainKnobs(**data.get("train", {}))
+        if data.get("batch") is not None:
+            data["batch"] = BatchDraw(**data["batch"])
         return cls(**data)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import exc as sa_exc
 
 from autotuner.errors import AutotunerError, ExportError, JobBusyError, SpecError
 from autotuner.spec import error_loc
+from autotuner.verl_check import VerlRejectedError
 from storage import (
     DatabaseUnavailableError,
     JobNotFoundError,
@@ -183,6 +184,12 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(JobBusyError)
     async def _job_busy(request: Request, exc: JobBusyError) -> JSONResponse:
         return JSONResponse(_body(str(exc)), status_code=409)
+
+    @app.exception_handler(VerlRejectedError)
+    async def _verl_rejected(request: Request, exc: VerlRejectedError) -> JSONResponse:
+        # The config (the trial the path names) is what verl refuses: a 422 naming verl's words.
+        item = {"loc": ["path", "number"], "msg": str(exc), "type": "verl_rejected"}
+        return JSONResponse({"detail": [item]}, status_code=422)
 
     @app.exception_handler(ExportError)
     async def _export(request: Request, exc: ExportError) -> JSONResponse:

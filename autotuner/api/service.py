@@ -6,6 +6,8 @@ database, read through one ``RDBStorage`` shared by the service's threads.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -13,15 +15,31 @@ from typing import Any, Literal
 import optuna
 
 from autotuner import hardware
-from autotuner.api.errors import ConflictError, NotFoundError
+from autotuner.api.errors import ConflictError, InvalidInputError, NotFoundError
 from autotuner.api.submission import parse_body, validate_job
-from autotuner.export import to_overrides, to_yaml
+from autotuner.errors import AutotunerError
+from autotuner.export import to_overrides, to_yaml, verl_config
 from autotuner.jobs import JobContext
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
 from autotuner.spec import JobSpec, read_stored_spec
 from autotuner.summary import Runs, best, front, runs_of
+from autotuner.verl_check import VerlChecker
 from storage import JobRecord
 from trials.launcher import remove_scratch
+
+# An Idempotency-Key: 1 to 255 visible ASCII characters (a UUID is the usual choice).
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def check_idempotency_key(value: str) -> str:
+    """The header's value, or InvalidInputError naming the header and the fix."""
+    if not IDEMPOTENCY_KEY.fullmatch(value):
+        raise InvalidInputError.at(
+            ["header", "Idempotency-Key"],
+            f"Idempotency-Key must be 1 to 255 visible ASCII characters without spaces, got "
+            f"{len(value)} character(s) {value[:40]!r}; send a fresh UUID for each new submission",
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,7 @@ class JobService:
     def __init__(self, ctx: JobContext) -> None:
         self.ctx = ctx
         self._trials: optuna.storages.RDBStorage | None = None
+        self._verl: VerlChecker | None = None
         self._lock = threading.Lock()
 
     def close(self) -> None:
@@ -68,9 +87,29 @@ class JobService:
 
     # ------------------------------------------------------------------ jobs
 
-    def submit(self, body: bytes, content_type: str | None) -> JobRecord:
-        spec = validate_job(parse_body(body, content_type), self.ctx.settings)
-        return self.ctx.submit(spec)
+    def submit(
+        self, body: bytes, content_type: str | None, idempotency_key: str | None = None
+    ) -> tuple[JobRecord, bool]:
+        """Validate and queue a job: (the job, True). With an ``Idempotency-Key``, a request
+        that repeats an earlier one (same key, same body) gets that job back, (job, False),
+        validated and stored once; the same key with another body is a conflict."""
+        if idempotency_key is None:
+            return self.ctx.submit(validate_job(parse_body(body, content_type), self.ctx.settings)), True
+        key = check_idempotency_key(idempotency_key)
+        digest = hashlib.sha256(body).hexdigest()
+        job = self.ctx.store.by_idempotency_key(key)
+        created = False
+        if job is None:
+            spec = validate_job(parse_body(body, content_type), self.ctx.settings)
+            job, created = self.ctx.submit_once(spec, key, digest)
+        if job.request_sha256 != digest:
+            raise ConflictError(
+                f"the Idempotency-Key header {key!r} was sent before with another body (it "
+                f"created job {job.id}); send a new Idempotency-Key for a new job, or the same "
+                "body to get that job back",
+                field="Idempotency-Key",
+            )
+        return job, created
 
     def list_jobs(self, status: str | None, offset: int, limit: int) -> tuple[list[JobView], int]:
         jobs, count = self.ctx.store.list(status=status, offset=offset, limit=limit)
@@ -145,10 +184,24 @@ class JobService:
         runs = runs_of(view.records).get(rec.number)
         if runs is not None and runs.n >= 2:
             header["throughput"] = runs.describe()
+        header["verl check"] = self._verl_check(view.spec, rec.config)
         stem = f"{view.job.name}-trial{rec.number}"
         if fmt == "yaml":
             return ConfigFile(f"{stem}.yaml", "application/yaml", to_yaml(rec.config, view.spec, header))
         return ConfigFile(f"{stem}.overrides", "text/plain", to_overrides(rec.config, view.spec, header))
+
+    def _verl_check(self, spec: JobSpec, config: dict[str, Any]) -> str:
+        """verl's own check of the config (``autotuner.verl_check``): its header line, or
+        VerlRejectedError. The tuner's own checks run first (``export.verl_config``)."""
+        verl_config(config, spec)
+        try:
+            arch = spec.validate_model(self.ctx.settings.models_dir)
+        except AutotunerError as exc:
+            return f"not run (the job's model cannot be read now: {exc})"
+        with self._lock:
+            if self._verl is None:
+                self._verl = VerlChecker(self.ctx.settings)
+        return self._verl.check(spec, arch, config).header
 
     # ------------------------------------------------------------------ machine
 

@@ -3,6 +3,7 @@ on a free loopback port, with its own SQLite file and local Ray, talked to over 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -75,6 +76,21 @@ def submit(client: httpx.Client, job: dict[str, Any]) -> str:
     response = client.post("/v1/jobs", json=job)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
+
+
+@contextlib.contextmanager
+def postgres_server(tmp_path: Path, postgres_url: str) -> Iterator[Server]:
+    """A server of the test's own on ``postgres_url`` (token set), stopped afterwards."""
+    server = Server(
+        tmp_path / "data",
+        tmp_path / "server.log",
+        AUTOTUNER_API_TOKEN=TOKEN,
+        AUTOTUNER_DATABASE_URL=postgres_url,
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop(require_clean_log=False)
 
 
 @pytest.fixture(scope="session")

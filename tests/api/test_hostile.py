@@ -20,7 +20,7 @@ import pytest
 
 from autotuner.capacity import host_memory_gib
 
-from .conftest import TOKEN, A, R, Server, train_job
+from .conftest import A, R, Server, postgres_server, train_job
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -277,21 +277,13 @@ def test_no_input_gets_a_server_error_on_sqlite(server, finished_job) -> None:
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_no_input_gets_a_server_error_on_postgres(tmp_path, postgres_url) -> None:
-    server = Server(
-        tmp_path / "data",
-        tmp_path / "server.log",
-        AUTOTUNER_API_TOKEN=TOKEN,
-        AUTOTUNER_DATABASE_URL=postgres_url,
-    ).start()
-    try:
+    with postgres_server(tmp_path, postgres_url) as server:
         with server.client() as api:
             created = api.post("/v1/jobs", json=train_job(name="pg-hostile", budget={"max_trials": 1}))
             assert created.status_code == 201, created.text
             job_id = created.json()["id"]
             api.post(f"/v1/jobs/{job_id}/cancel")
         _assert_no_server_error(server, job_id)
-    finally:
-        server.stop(require_clean_log=False)
 
 
 # ----------------------------------------------------------------------------- host, token, body

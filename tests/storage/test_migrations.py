@@ -15,14 +15,14 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
-from storage import ConstraintViolationError, Database, JobStore
+from storage import ConstraintViolationError, Database, JobStore, migrate
 from storage.migrate import VERSION_TABLE, head_revision, include_name
 from storage.models import Base, JobRow
 
 JOB_COLUMNS = {
     "id", "name", "status", "spec", "study_name", "created_at", "started_at", "finished_at",
     "runner_id", "heartbeat_at", "trials_done", "trials_total", "cancel_requested",
-    "stop_reason", "error", "result", "device",
+    "stop_reason", "error", "result", "device", "idempotency_key", "request_sha256",
 }  # fmt: skip
 
 
@@ -40,8 +40,8 @@ def test_upgrade_creates_the_jobs_table(database_url: str) -> None:
     assert indexes["ix_jobs_status"] == ["status"]
     assert indexes["ix_jobs_created_at"] == ["created_at"]
     unique = [constraint["column_names"] for constraint in inspector.get_unique_constraints("jobs")]
-    assert ["study_name"] in unique
-    assert database.current_revision() == head_revision() == "0001"
+    assert ["study_name"] in unique and ["idempotency_key"] in unique
+    assert database.current_revision() == head_revision() == "0002"
     database.dispose()
 
 
@@ -53,6 +53,32 @@ def test_upgrade_is_idempotent(database: Database) -> None:
 
     assert database.current_revision() == head_revision()
     assert JobStore(database).get(job.id) == job
+
+
+def test_a_database_of_the_first_revision_keeps_its_jobs_and_gains_idempotency_keys(
+    database_url: str,
+) -> None:
+    database = Database(database_url)
+    with database.engine.begin() as connection:
+        migrate.upgrade(connection, "0001")
+        connection.execute(
+            text(
+                "INSERT INTO jobs (id, name, status, spec, study_name, created_at, trials_done, "
+                "trials_total, cancel_requested) VALUES ('a' || :tail, 'old', 'queued', '{}', "
+                "'job-old', CURRENT_TIMESTAMP, 0, 3, :no)"
+            ),
+            {"tail": "0" * 31, "no": False},
+        )
+    database.upgrade()
+    store = JobStore(database)
+    old = store.get("a" + "0" * 31)
+    assert old.name == "old" and old.idempotency_key is None
+    new, created = store.create_once("new", "{}", 1, "key-1", "f" * 64)
+    assert created and store.by_idempotency_key("key-1") == new
+    again, created = store.create_once("new", "{}", 1, "key-1", "f" * 64)
+    assert not created and again == new
+    assert store.list()[1] == 2
+    database.dispose()
 
 
 def test_migrations_match_the_models(database: Database) -> None:

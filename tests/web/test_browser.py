@@ -4,6 +4,8 @@ job: live progress, the Pareto scatter, the trials table, downloads, the submit 
 from __future__ import annotations
 
 import base64
+import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -200,6 +202,13 @@ def test_submit_form_reports_the_field_then_submits_and_cancels(server: Any, bro
     job_id = browser.current_url.rsplit("/", 1)[1]
     assert browser.find_element("css selector", "h1").text == "web-form"
     assert _status(browser) in ("queued", "running")
+    # The form sent an Idempotency-Key with it: a retry after a lost answer gets this job back.
+    db = sqlite3.connect(server.data_dir / "autotuner.db")
+    try:
+        (key,) = db.execute("SELECT idempotency_key FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    finally:
+        db.close()
+    assert key is not None and re.fullmatch(r"[0-9a-f]{32}", key), key
 
     # Cancel it from the page.
     browser.find_element("id", "cancel-button").click()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 
 from autotuner.api.schemas import (
@@ -28,6 +28,14 @@ JobId = Annotated[str, Path(description="The job's id.")]
 TrialNumber = Annotated[int, Path(ge=0, le=10_000_000, description="The trial's number.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Items to return at most.")]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="A fresh key (e.g. a UUID) per new job; a retry sends the same key and body "
+        "and gets the job the first request created.",
+    ),
+]
 
 _SPEC_BODY = {"schema": {"$ref": "#/components/schemas/JobCreate"}}
 _SUBMIT_BODY = {
@@ -58,13 +66,26 @@ def _public(request: Request, view: JobView) -> JobPublic:
     response_model=JobCreated,
     openapi_extra=_SUBMIT_BODY,
     dependencies=[Depends(require_write)],
-    responses={413: {"description": "Body too large"}, 415: {"description": "Not JSON or YAML"}},
+    responses={
+        200: {"model": JobCreated, "description": "A repeat of an earlier submission: its job"},
+        409: {"description": "The Idempotency-Key was used before with another body"},
+        413: {"description": "Body too large"},
+        415: {"description": "Not JSON or YAML"},
+    },
 )
-async def submit_job(request: Request, response: Response, service: Service) -> JobCreated:
+async def submit_job(
+    request: Request, response: Response, service: Service, idempotency_key: IdempotencyKey = None
+) -> JobCreated:
     """Queue a job. It is validated now (spec, caps, model, search space); nothing is stored
-    when it is refused."""
+    when it is refused. With an ``Idempotency-Key`` header, a retry of the same request (same
+    key, same body) returns the job the first one created, with 200: a client that timed
+    out may retry without creating a second job."""
     body = await request.body()
-    job = await run_in_threadpool(service.submit, body, request.headers.get("content-type"))
+    job, created = await run_in_threadpool(
+        service.submit, body, request.headers.get("content-type"), idempotency_key
+    )
+    if not created:
+        response.status_code = 200
     url = str(request.url_for("get_job", job_id=job.id))
     response.headers["Location"] = url
     return JobCreated(id=job.id, url=url, status=job.status)  # type: ignore[arg-type]

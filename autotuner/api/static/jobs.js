@@ -18,17 +18,29 @@
     return "application/yaml";
   }
 
+  // One Idempotency-Key per submission: sending the same text again after the service could
+  // not be reached (the first request may have got through) reuses it, so the service
+  // returns the job that request created instead of queueing a second one.
+  let pending = null; // {text, key} of a submission that got no answer
+  function newKey() {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+  }
+
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     autotuner.showError(errorBox, "");
     button.disabled = true;
+    const text = spec.value;
+    if (!pending || pending.text !== text) pending = { text, key: newKey() };
     try {
       const response = await autotuner.api("/v1/jobs", {
         method: "POST",
-        headers: { "Content-Type": contentType(spec.value) },
-        body: spec.value,
+        headers: { "Content-Type": contentType(text), "Idempotency-Key": pending.key },
+        body: text,
       });
-      if (response.status === 201) {
+      pending = null; // answered: the next submission is a new one
+      if (response.status === 201 || response.status === 200) {
         const created = await response.json();
         location.assign(`/jobs/${encodeURIComponent(created.id)}`);
         return;

@@ -1,0 +1,78 @@
+"""The lengths of one PPO step's batch, drawn in the trial process from the job's seed.
+
+The control plane sends the job's length distributions, its seed and the batch's counts
+(``BatchDraw``), never a list per request: the trial draws the step's batch here, so a
+step of a million requests costs the service nothing. Every trial of a job draws the same
+batch: ``train_batch_size`` prompt lengths, then ``train_batch_size * n`` response lengths
+from one ``numpy.random.default_rng(seed)``, each prompt repeated for its ``n`` samples.
+A distribution is plain data, as the job spec holds it (``autotuner.spec``'s length
+kinds): ``{"kind": "fixed", "value": ...}``, ``uniform`` (``low``, ``high``), ``normal``
+(``mean``, ``std``, ``min``, ``max``), ``lognormal`` (``median``, ``sigma``, ``min``,
+``max``), ``list`` (``values``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import numpy as np
+
+from trials.errors import InvalidTrialSpec
+from trials.types import BatchDraw, TrialSpec
+
+
+def _raw(dist: dict[str, Any], count: int, rng: np.random.Generator) -> Any:
+    kind = dist.get("kind")
+    if kind == "fixed":
+        return np.full(count, dist["value"])
+    if kind == "uniform":
+        return rng.integers(dist["low"], dist["high"] + 1, size=count)
+    if kind == "normal":
+        raw = rng.normal(dist["mean"], dist["std"], size=count)
+        return np.clip(raw, dist.get("min", 1), dist.get("max") or np.inf)
+    if kind == "lognormal":
+        raw = rng.lognormal(math.log(dist["median"]), dist.get("sigma", 0.6), size=count)
+        return np.clip(raw, dist.get("min", 1), dist.get("max") or np.inf)
+    if kind == "list":
+        return rng.choice(np.asarray(dist["values"]), size=count, replace=True)
+    raise InvalidTrialSpec(
+        f"unknown length distribution kind {kind!r}; use fixed, uniform, normal, lognormal or list"
+    )
+
+
+def draw_lengths(dist: dict[str, Any], count: int, rng: np.random.Generator, cap: int) -> list[int]:
+    """``count`` lengths of ``dist``, rounded and clipped to [1, cap]."""
+    raw = np.asarray(_raw(dist, count, rng), dtype=float)
+    return [int(v) for v in np.clip(np.rint(raw), 1, cap)]
+
+
+def step_lengths(b: BatchDraw) -> tuple[list[int], list[int]]:
+    """The whole step's prompt and response lengths, one per request."""
+    rng = np.random.default_rng(b.seed)
+    prompts = draw_lengths(b.prompt_length, b.prompts, rng, b.max_prompt_length)
+    n = b.samples_per_prompt
+    responses = draw_lengths(b.response_length, b.prompts * n, rng, b.max_response_length)
+    return [p for p in prompts for _ in range(n)], responses
+
+
+def drawn(spec: TrialSpec) -> TrialSpec:
+    """``spec`` with its lengths drawn from ``spec.batch`` (unchanged when it has none)."""
+    if spec.batch is None:
+        return spec
+    b = spec.batch
+    if b.prompts < 1 or b.samples_per_prompt < 1:
+        raise InvalidTrialSpec(f"batch.prompts ({b.prompts}) and samples_per_prompt must be >= 1")
+    try:
+        prompts, responses = step_lengths(b)
+    except (KeyError, TypeError, ValueError) as exc:  # a distribution missing or mistyping a field
+        raise InvalidTrialSpec(f"batch: cannot draw lengths ({type(exc).__name__}: {exc})") from exc
+    return dataclasses.replace(
+        spec,
+        batch=None,
+        prompt_lengths=prompts[: b.rollout_requests],
+        response_lengths=responses[: b.rollout_requests],
+        train_prompt_lengths=prompts[: b.train_sequences],
+        train_response_lengths=responses[: b.train_sequences],
+    )
