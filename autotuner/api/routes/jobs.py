@@ -49,7 +49,7 @@ Service = Annotated[JobService, Depends(_service)]
 
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(view.job, url, view.records, view.best)
+    return JobPublic.of(view.job, url, view.records, view.best, spec=view.spec)
 
 
 @router.post(
