@@ -27,7 +27,7 @@ from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus
 from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
-from autotuner.summary import JobSummary, front
+from autotuner.summary import JobSummary, Runs, front, runs_of
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
@@ -140,19 +140,32 @@ def _short(path: str, among: list[str]) -> str:
 
 def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -> Table:
     table = Table(title=f"Pareto front ({len(summary.pareto)} of {len(recs)} trials)")
-    for col in ("trial", "tok/s/GPU", "peak GiB", "step s", "rollout gen tok/s", "knobs"):
+    for col in (
+        "trial",
+        "tok/s/GPU (median)",
+        "n",
+        "spread %",
+        "peak GiB",
+        "step s",
+        "rollout gen tok/s",
+        "knobs",
+    ):
         table.add_column(col, justify="right" if col != "knobs" else "left")
     by_number = {r.number: r for r in recs}
     # Show the knobs that differ between measured trials: the ones the search moved.
     measured = [r.config for r in recs if r.measured and r.config]
     varied = sorted({k for c in measured for k in c if len({json.dumps(m.get(k)) for m in measured}) > 1})
+    runs = runs_of(recs)
     for number in summary.pareto:
         r = by_number[number]
+        over = runs.get(number) or Runs(r, [r.metric(THROUGHPUT) or 0.0])
         mark = " *" if number == summary.best else ""
         knobs = " ".join(f"{_short(k, varied)}={r.config[k]}" for k in varied if k in r.config)
         table.add_row(
             f"{number}{mark}",
-            f"{r.metric(THROUGHPUT) or 0:.1f}",
+            f"{over.median:.1f}",
+            str(over.n),
+            f"{over.spread_pct:.1f}" if over.spread_pct is not None else "",
             f"{r.metric('peak_memory_gib') or 0:.2f}",
             f"{r.metric('step_time_s') or 0:.2f}",
             f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}",

@@ -521,19 +521,19 @@ class StudyRunner:
             _, tripped = self._collect()
             if tripped is not None:
                 return stop.noted(f"; re-measuring the finalists stopped: {tripped.message}")
-        numbers = ", ".join(f"#{r.number}" for r in finalists.chosen if not r.baseline)
-        baselines = ", ".join(f"#{r.number}" for r in finalists.chosen if r.baseline)
-        notes = []
-        if numbers:
-            notes.append(
-                f"finalists {numbers} measured {budget.remeasure_runs} times each (medians decide the winner)"
-            )
+        baselines = [r.number for r in finalists.chosen if r.baseline]
         if baselines:
-            notes.append(
-                f"baselines {baselines} measured {budget.baseline_runs} times each over the job "
-                "(their spread is the noise)"
+            log.info(
+                "baselines %s: %s runs each over the job (their spread is the noise)",
+                baselines,
+                budget.baseline_runs,
             )
-        return stop.noted("; " + "; ".join(notes))
+        numbers = ", ".join(f"#{r.number}" for r in finalists.chosen if not r.baseline)
+        if not numbers:
+            return stop
+        return stop.noted(
+            f"; finalists {numbers} measured {budget.remeasure_runs} times each (medians decide the winner)"
+        )
 
     def _launch_repeat(self, proposal: Proposal) -> None:
         """Run a finalist's config again: its proposal comes out of the study's queue after

@@ -203,7 +203,7 @@ def test_baselines_run_first_mid_job_and_last_and_their_spread_is_the_noise(land
     runner.spec.baselines.update(job_baselines)
     runner.enqueue_baseline()
     summary = runner.run()
-    assert "baselines" in summary.stop_reason and "measured 3 times each" in summary.stop_reason
+    assert "measured 3 times each" in summary.stop_reason  # the finalist's note
     recs = records(study)
     baselines = [r for r in recs if r.baseline and r.feasible]
     assert {"landscape-a", "landscape-b"} <= {r.baseline for r in baselines}

@@ -66,6 +66,7 @@ def test_the_api_page_and_cli_report_the_noise_and_call_ties(tmp_path: Path, flo
     assert all(t["runs"]["runs"] >= 1 for t in trials if t["feasible"])
     page = client.get(f"/jobs/{job.id}").text
     assert f"noise {summary.noise_pct:.1f}%, measured on {summary.noise_runs} runs" in page
+    assert 'data-key="r:median"' in page and 'data-key="r:n"' in page  # the trials table's runs
     status = "\n".join(_noise_lines(shown))
     assert f"tie band {noise['band_pct']:.1f}%" in status
     if floor == 49.0:  # every difference on this landscape is inside a 49% band
