@@ -75,10 +75,6 @@ class Runs:
     def peak_gib(self) -> float:
         return statistics.median(self.peaks_gib) if self.peaks_gib else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        """Median, spread and n, as every reported throughput carries them."""
-        return {"median": self.median, "spread_pct": self.spread_pct, "runs": self.n}
-
     def describe(self) -> str:
         """``7083.0 tok/s/GPU (1 run)`` or ``7083.0 tok/s/GPU (median of 3, spread 1.2%)``."""
         if self.n < 2:
