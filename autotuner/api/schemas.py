@@ -318,15 +318,19 @@ class ParetoPointPublic(BaseModel):
     metrics: dict[str, float]
     config: dict[str, Any]
     device: str
+    runs: RunsPublic | None = Field(
+        default=None, description="Its throughput over its runs: median, spread and n."
+    )
 
     @classmethod
-    def of(cls, r: TrialRecord, metrics: Sequence[str]) -> ParetoPointPublic:
+    def of(cls, r: TrialRecord, metrics: Sequence[str], runs: Runs | None = None) -> ParetoPointPublic:
         return cls(
             number=r.number,
             objectives={m: float(r.metrics[m]) for m in metrics},
             metrics=r.metrics,
             config=r.config,
             device=r.device,
+            runs=RunsPublic.of(runs),
         )
 
 

@@ -64,6 +64,9 @@ def test_the_api_page_and_cli_report_the_noise_and_call_ties(tmp_path: Path, flo
     # Every trial that ran to a throughput carries median, spread and n.
     trials = client.get(f"/v1/jobs/{job.id}/trials").json()["data"]
     assert all(t["runs"]["runs"] >= 1 for t in trials if t["feasible"])
+    front = client.get(f"/v1/jobs/{job.id}/pareto").json()["data"]
+    by_number = {t["number"]: t for t in trials}
+    assert front and all(p["runs"] == by_number[p["number"]]["runs"] for p in front)
     page = client.get(f"/jobs/{job.id}").text
     assert f"noise {summary.noise_pct:.1f}%, measured on {summary.noise_runs} runs" in page
     assert 'data-key="r:median"' in page and 'data-key="r:n"' in page  # the trials table's runs
