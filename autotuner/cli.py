@@ -23,11 +23,12 @@ from autotuner import catalog, hardware
 from autotuner.api.service import JobService
 from autotuner.errors import AutotunerError
 from autotuner.jobs import JobContext, execute, runner_id, take_over
+from autotuner.noise import versus
 from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus
 from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
-from autotuner.summary import JobSummary, front
+from autotuner.summary import JobSummary, Runs, front, runs_of
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
@@ -140,19 +141,32 @@ def _short(path: str, among: list[str]) -> str:
 
 def _pareto_table(spec: JobSpec, recs: list[TrialRecord], summary: JobSummary) -> Table:
     table = Table(title=f"Pareto front ({len(summary.pareto)} of {len(recs)} trials)")
-    for col in ("trial", "tok/s/GPU", "peak GiB", "step s", "rollout gen tok/s", "knobs"):
+    for col in (
+        "trial",
+        "tok/s/GPU (median)",
+        "n",
+        "spread %",
+        "peak GiB",
+        "step s",
+        "rollout gen tok/s",
+        "knobs",
+    ):
         table.add_column(col, justify="right" if col != "knobs" else "left")
     by_number = {r.number: r for r in recs}
     # Show the knobs that differ between measured trials: the ones the search moved.
     measured = [r.config for r in recs if r.measured and r.config]
     varied = sorted({k for c in measured for k in c if len({json.dumps(m.get(k)) for m in measured}) > 1})
+    runs = runs_of(recs)
     for number in summary.pareto:
         r = by_number[number]
+        over = runs.get(number) or Runs(r, [r.metric(THROUGHPUT) or 0.0])
         mark = " *" if number == summary.best else ""
         knobs = " ".join(f"{_short(k, varied)}={r.config[k]}" for k in varied if k in r.config)
         table.add_row(
             f"{number}{mark}",
-            f"{r.metric(THROUGHPUT) or 0:.1f}",
+            f"{over.median:.1f}",
+            str(over.n),
+            f"{over.spread_pct:.1f}" if over.spread_pct is not None else "",
             f"{r.metric('peak_memory_gib') or 0:.2f}",
             f"{r.metric('step_time_s') or 0:.2f}",
             f"{r.metric('rollout_generated_tokens_per_s') or 0:.1f}",
@@ -202,12 +216,14 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     memory = _memory_line(summary)
     if memory:
         console.print(memory, markup=False, highlight=False)
-    gain = (
-        f", {summary.gain_over_baseline:.2f}x verl's defaults ({summary.baseline_throughput:.1f})"
-        if summary.gain_over_baseline
-        else ""
+    defaults = versus(
+        summary.gain_over_baseline, summary.verdict_over_baseline, summary.tie_band_pct, "verl's defaults"
     )
+    gain = f", {defaults}" if summary.gain_over_baseline else ""
     console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
+    console.print(summary.noise_line(), markup=False, highlight=False)
+    for line in summary.versus_lines():
+        console.print(f"  {line}", markup=False, highlight=False)
     try:
         for path in _write_configs(service, job.id, chosen.number, out):
             console.print(f"wrote {path}")
@@ -538,18 +554,47 @@ def status(
         b = job["best"]
         runs = b.get("runs")
         spread = (
-            f" (median of {runs['runs']} runs, spread {runs['spread_pct'] or 0:.1f}%)" if runs else " (1 run)"
+            f" (median of {runs['runs']} runs, spread {runs['spread_pct'] or 0:.1f}%)"
+            if runs and runs["runs"] >= 2
+            else " (1 run)"
         )
         console.print(
             f"  best so far: trial {b['number']}, "
             f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU{spread}, peak "
             f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}"
         )
+    for line in _noise_lines(job):
+        console.print(line, markup=False, highlight=False)
     if job.get("elapsed_s") is not None:
         eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""
         console.print(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")
     if job.get("error"):
         console.print(f"  error: {job['error']}")
+
+
+def _noise_lines(job: dict[str, Any]) -> list[str]:
+    """The job's noise and its baselines against the winner, from the server's JSON."""
+    noise = job.get("noise")
+    if not noise:
+        return []
+    lines = [
+        f"  noise: {noise['measured_pct']:.1f}% over {noise['runs']} baseline runs; "
+        f"tie band {noise['band_pct']:.1f}%"
+        if noise.get("measured_pct") is not None
+        else f"  noise: not measured yet; tie band {noise['band_pct']:g}% (assumed)"
+    ]
+    for b in job.get("baselines") or []:
+        runs = b.get("throughput")
+        if not runs or b.get("best_over_baseline") is None:
+            lines.append(f"  {b['name']} (trial {b['trial']}): {b['status']}, no throughput")
+            continue
+        spread = f", spread {runs['spread_pct']:.1f}%" if runs.get("spread_pct") is not None else ""
+        lines.append(
+            f"  {b['name']} (trial {b['trial']}): {runs['median']:.1f} tok/s/GPU "
+            f"(n={runs['runs']}{spread}); the best "
+            + versus(b["best_over_baseline"], b["verdict"], b["tie_band_pct"], "it")
+        )
+    return lines
 
 
 def _remote_export(

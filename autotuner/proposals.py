@@ -1,6 +1,8 @@
 """Where the study loop's next config comes from: one small interface, its implementations.
 
 - ``Baselines``: verl's defaults, then the job's own baselines, first (once per study).
+- ``BaselineRepeats``: each measured baseline again once half the trial budget is measured,
+  so its runs spread over the job (``autotuner.noise``: their spread is the job's noise).
 - ``Composition``: the unmeasured combination of a measured engine side and a measured
   train side predicted fastest (``autotuner.compose``), when it beats the best measured
   throughput by more than the noise band.
@@ -8,7 +10,8 @@
   best train side measured so far.
 - ``Sampler``: the Optuna sampler's proposal (TPE, NSGA-II, ...: ``autotuner.samplers``).
 - ``Finalists``: the fastest trials of the Pareto front again, until each has
-  ``budget.remeasure_runs`` runs (after the search).
+  ``budget.remeasure_runs`` runs, interleaved with the baselines' last runs (until each has
+  ``budget.baseline_runs``), after the search.
 
 A new way to propose configs (verl verification, say) is one more ``ProposalSource`` in the
 list the loop is given; the loop itself only asks, screens, dispatches and tells.
@@ -130,6 +133,41 @@ class Baselines(ProposalSource):
         return None
 
 
+def runs_so_far(state: SearchState, number: int) -> int:
+    """How many times trial ``number`` ran: itself and its re-measurements."""
+    return sum(1 for r in state.ran if r.number == number or r.repeat_of == number)
+
+
+class BaselineRepeats(ProposalSource):
+    """Each baseline that ran to a throughput, once more, as soon as half of ``max_trials``
+    are measured (the middle of the job's runs of it; ``Finalists`` adds the last), while
+    the job asks ``budget.baseline_runs`` of at least 3. A baseline already run twice (a
+    resumed job) is not proposed again."""
+
+    def __init__(self) -> None:
+        self._proposed: set[int] = set()
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        budget = state.spec.budget
+        if budget.baseline_runs < 3:
+            return None
+        measured = sum(1 for r in state.ran if r.measured)
+        if 2 * measured < budget.max_trials:
+            return None
+        for rec in state.ran:
+            if (
+                rec.baseline
+                and rec.feasible
+                and rec.number not in self._proposed
+                and runs_so_far(state, rec.number) < 2
+            ):
+                self._proposed.add(rec.number)
+                frozen = state.study.get_trials(deepcopy=False)[rec.number]
+                log.info("baseline %s (trial %s) again, mid-job, for the noise", rec.baseline, rec.number)
+                return Proposal(dict(frozen.params), {"repeat_of": rec.number})
+        return None
+
+
 def composes(spec: JobSpec) -> bool:
     """Whether the job composes phases: ``budget.compose_phases``, both phases measured and
     step throughput maximized."""
@@ -211,11 +249,12 @@ class Sampler(ProposalSource):
 
 
 class Finalists(ProposalSource):
-    """The fastest trials of the Pareto front (``budget.finalists``) and the measured
-    baselines again, until each has ``budget.remeasure_runs`` runs (its own and earlier
-    re-measurements, a resumed job's included), interleaved round by round (A-B-C-A-B-C), so
-    a drift of the machine spreads over all of them; then nothing. ``chosen`` lists them
-    once ``start`` ran."""
+    """The fastest trials of the Pareto front (``budget.finalists``) again until each has
+    ``budget.remeasure_runs`` runs, and the measured baselines until each has
+    ``budget.baseline_runs`` (a baseline among the finalists: the larger), counting its own
+    and earlier re-measurements (mid-job ones, a resumed job's), interleaved round by round
+    (A-B-C-A-B-C), so a drift of the machine spreads over all of them; then nothing.
+    ``chosen`` lists them once ``start`` ran."""
 
     def __init__(self) -> None:
         self.chosen: list[TrialRecord] = []
@@ -223,18 +262,16 @@ class Finalists(ProposalSource):
 
     def start(self, state: SearchState) -> list[Proposal]:
         budget = state.spec.budget
-        if budget.finalists == 0:
-            return []
         recs = records(state.study)
-        self.chosen = front(state.spec, recs)[: budget.finalists]
-        chosen = {rec.number for rec in self.chosen}
-        self.chosen += [
-            r for r in recs if r.baseline and r.measured and r.feasible and r.number not in chosen
-        ]
+        self.chosen = front(state.spec, recs)[: budget.finalists] if budget.finalists else []
+        target = {rec.number: budget.remeasure_runs for rec in self.chosen}
+        for r in recs:
+            if r.baseline and r.measured and r.feasible and budget.baseline_runs > 1:
+                if r.number not in target:
+                    self.chosen.append(r)
+                target[r.number] = max(target.get(r.number, 0), budget.baseline_runs)
         missing = {
-            rec.number: budget.remeasure_runs
-            - 1
-            - sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
+            rec.number: target[rec.number] - 1 - sum(1 for r in recs if r.repeat_of == rec.number and r.ran)
             for rec in self.chosen
         }
         for k in range(max(missing.values(), default=0)):

@@ -38,7 +38,9 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
 
     A retry is itself never retried: a config whose trial keeps taking the tuner down
     with it (its memory gets the service OOM-killed, say) runs twice, not forever. A
-    trial interrupted before its config was chosen has nothing to retry.
+    trial interrupted before its config was chosen has nothing to retry; nor has an
+    interrupted re-measurement (``repeat_of``): the end's round of re-measurements counts
+    the runs each finalist and baseline has and makes up the missing ones.
     """
     trials = study.get_trials(deepcopy=False)
     retried = {t.user_attrs.get(RETRY_OF) for t in trials}
@@ -50,6 +52,7 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
             or not t.params
             or t.number in retried
             or RETRY_OF in t.user_attrs
+            or t.user_attrs.get("repeat_of") is not None  # a re-run: the finalists' round makes it up
         ):
             continue
         attrs = {RETRY_OF: t.number}

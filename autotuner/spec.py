@@ -512,6 +512,14 @@ class Budget(_Model):
     remeasure_runs: int = Field(
         default=3, ge=2, le=20, description="Runs of each finalist in all, its first included."
     )
+    baseline_runs: int = Field(
+        default=3,
+        ge=1,
+        le=20,
+        description="Runs of each baseline in all, spread over the job: first, once half of "
+        "max_trials is measured, then interleaved with the finalists at the end. Their spread "
+        "is the job's measured noise, and sets the tie band (1: no noise is measured).",
+    )
     compose_phases: bool = Field(
         default=True,
         description="Before asking the sampler, run the unmeasured config predicted fastest by "

@@ -57,6 +57,7 @@ from autotuner.executor import Executor, Resources
 from autotuner.feasibility import Feasibility
 from autotuner.memory import MemoryModel
 from autotuner.proposals import (
+    BaselineRepeats,
     Baselines,
     Composition,
     EngineExploration,
@@ -171,7 +172,8 @@ class StudyRunner:
     is predicted, nor skipped by prediction (``default_memory_model`` builds the job's);
     ``infer_feasibility`` False: nothing is skipped by monotonicity (None: the job's
     ``memory_model.infer_from_neighbours``). ``sources``: where proposals come from during
-    the search, in order (default: composition, engine-side exploration, the sampler)."""
+    the search, in order (default: the baselines' mid-job runs, composition, engine-side
+    exploration, the sampler)."""
 
     spec: JobSpec
     study: optuna.Study
@@ -184,7 +186,7 @@ class StudyRunner:
     memory_model: MemoryModel | None = None
     infer_feasibility: bool | None = None
     sources: Sequence[ProposalSource] = field(
-        default_factory=lambda: [Composition(), EngineExploration(), Sampler()]
+        default_factory=lambda: [BaselineRepeats(), Composition(), EngineExploration(), Sampler()]
     )
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _feasibility: Feasibility = field(default_factory=Feasibility)
@@ -345,6 +347,9 @@ class StudyRunner:
         """Run the proposal ``trial`` if it is valid, new and not known not to fit."""
         proposal = self.space.suggest(trial)
         config = proposal.config
+        repeat_of = trial.user_attrs.get("repeat_of")
+        if repeat_of is not None:  # a baseline's mid-job run: a re-measurement, not a new config
+            return Launch.LAUNCHED if self._repeat(trial, config, repeat_of) else Launch.UNRUNNABLE
         if not proposal.valid:
             self._teller.tell_unrun(
                 trial, config, TrialStatus.INVALID, "; ".join(map(str, proposal.violations))
@@ -516,7 +521,16 @@ class StudyRunner:
             _, tripped = self._collect()
             if tripped is not None:
                 return stop.noted(f"; re-measuring the finalists stopped: {tripped.message}")
-        numbers = ", ".join(f"#{r.number}" for r in finalists.chosen)
+        baselines = [r.number for r in finalists.chosen if r.baseline]
+        if baselines:
+            log.info(
+                "baselines %s: %s runs each over the job (their spread is the noise)",
+                baselines,
+                budget.baseline_runs,
+            )
+        numbers = ", ".join(f"#{r.number}" for r in finalists.chosen if not r.baseline)
+        if not numbers:
+            return stop
         return stop.noted(
             f"; finalists {numbers} measured {budget.remeasure_runs} times each (medians decide the winner)"
         )
@@ -525,7 +539,6 @@ class StudyRunner:
         """Run a finalist's config again: its proposal comes out of the study's queue after
         whatever the search left waiting, which is told it was not run."""
         original: int = proposal.attrs["repeat_of"]
-        measured = next(r.config for r in self._state.ran if r.number == original)
         self._enqueue(proposal)
         while True:  # enqueued trials come out first in, first out
             trial = self.study.ask()
@@ -538,10 +551,15 @@ class StudyRunner:
                 TrialStatus.INVALID,
                 "left waiting when the search ended; not run (re-measuring finalists)",
             )
+        self._repeat(trial, config, original)
+
+    def _repeat(self, trial: optuna.Trial, config: dict[str, Any], original: int) -> bool:
+        """Run trial ``original``'s config again as ``trial``; False when it cannot."""
+        measured = next(r.config for r in self._state.ran if r.number == original)
         if config_key(config) != config_key(measured):  # the space changed under it
             self._teller.tell_unrun(
                 trial, config, TrialStatus.INVALID, f"could not re-propose trial {original}"
             )
-            return
+            return False
         predicted = self.memory_model.predict(config).to_attrs() if self.memory_model else {}
-        self._submit(trial, config, predicted, repeat_of=original)
+        return self._submit(trial, config, predicted, repeat_of=original)

@@ -2,10 +2,12 @@
 
 The winner is noise-aware once finalists were re-measured (``StudyRunner._remeasure``):
 each trial is scored by the median throughput of its runs (a failed re-run counts as 0),
-and the re-measured finalists whose median is within the noise band of the best median
-(``budget.noise_band_pct``, or the best's own measured spread if that is larger) tie; of
-those, the one with the least peak memory wins. Its median, spread and run count go
-wherever the winner is shown. A job without re-measurements picks the fastest trial.
+and the re-measured finalists whose median is within the tie band of the best median (the
+job's noise, measured on its baselines' repeats, or ``budget.noise_band_pct``, or the best's
+own spread, whichever is largest: ``autotuner.noise``) tie; of those, the one with the least
+peak memory wins. Its median, spread and run count go wherever the winner is shown, and its
+gain over each baseline is a tie when it is inside the band. A job without re-measurements
+picks the fastest trial.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.knobs import R
+from autotuner.noise import Noise, Verdict, compare, tie_band_pct
 from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
@@ -73,7 +76,7 @@ class Runs:
         return statistics.median(self.peaks_gib) if self.peaks_gib else 0.0
 
     def describe(self) -> str:
-        """``7083.0 tok/s/GPU`` or ``7083.0 tok/s/GPU (median of 3, spread 1.2%)``."""
+        """``7083.0 tok/s/GPU (1 run)`` or ``7083.0 tok/s/GPU (median of 3, spread 1.2%)``."""
         if self.n < 2:
             return f"{self.median:.1f} tok/s/GPU (1 run)"
         return (
@@ -96,6 +99,16 @@ def runs_of(recs: list[TrialRecord]) -> dict[int, Runs]:
     return out
 
 
+def noise_of(spec: JobSpec, recs: list[TrialRecord]) -> Noise:
+    """The job's noise: its baselines' spreads over their successful runs, pooled (a failed
+    re-run is not a throughput: it counts as 0 in a median, not in the noise)."""
+    runs = runs_of(recs)
+    groups = [
+        [v for v in runs[r.number].throughputs if v > 0] for r in recs if r.baseline and r.number in runs
+    ]
+    return Noise.of(spec.budget.noise_band_pct, groups)
+
+
 def choose(
     spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
 ) -> tuple[Runs | None, list[int]]:
@@ -109,7 +122,7 @@ def choose(
     top = max(candidates, key=lambda c: (c.median, -c.trial.number))
     if top.n < 2:
         return top, []
-    band = max(spec.budget.noise_band_pct, top.spread_pct or 0.0) / 100.0
+    band = tie_band_pct(noise_of(spec, recs), top.spread_pct) / 100.0
     tied = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - band)]
     winner = min(tied, key=lambda c: (c.peak_gib, -c.median, c.trial.number))
     return winner, sorted(c.trial.number for c in tied if c is not winner)
@@ -175,7 +188,15 @@ class JobSummary:
     best_throughput_range: list[float] | None = None
     best_spread_pct: float | None = None
     tied_with: list[int] = field(default_factory=list)
-    noise_band_pct: float = 0.0
+    noise_band_pct: float = 0.0  # the floor the budget assumes
+    # The noise measured on the baselines' repeats (pooled spread, %; None: no baseline ran
+    # twice), the runs it rests on, and the tie band it sets (``autotuner.noise``).
+    noise_pct: float | None = None
+    noise_baselines: int = 0
+    noise_runs: int = 0
+    tie_band_pct: float = 0.0
+    # The winner against verl's defaults: faster, slower or a tie inside the band.
+    verdict_over_baseline: str | None = None
     # Measured minus predicted peak memory per phase, over the trials predicted before they ran.
     memory_model_errors: dict[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
@@ -195,6 +216,30 @@ class JobSummary:
         tied = f"; tied within the noise band with {self.tied_with}" if self.tied_with else ""
         return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}"
 
+    def noise_line(self) -> str:
+        """The job's noise and tie band, for the CLI and logs."""
+        return Noise(self.noise_band_pct, self.noise_pct, self.noise_baselines, self.noise_runs).describe()
+
+    def versus_lines(self) -> list[str]:
+        """The winner against each baseline: a ratio, or a tie inside the band."""
+        out = []
+        for name, b in self.baselines.items():
+            tput, runs, spread = b[THROUGHPUT], b.get("runs") or 0, b.get("spread_pct")
+            measured = (
+                f"{tput:.1f} tok/s/GPU (median of {runs} runs, spread {spread or 0:.1f}%)"
+                if runs >= 2
+                else f"{tput:.1f} tok/s/GPU ({runs} run)"
+            )
+            if not tput or b.get("gain_of_best") is None:
+                out.append(f"{name} (trial {b['trial']}, {b['status']}): no throughput")
+                continue
+            verdict = "ties it" if b["verdict"] == Verdict.TIE else f"{b['gain_of_best']:.2f}x"
+            out.append(
+                f"{name} (trial {b['trial']}): {measured}; the winner {verdict}"
+                f" (tie band {b['tie_band_pct']:.1f}%)"
+            )
+        return out
+
 
 def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSummary:
     counts: dict[str, int] = {}
@@ -204,6 +249,7 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
     winner, tied = choose(spec, recs)
     top_tput = winner.median if winner is not None else None
     runs = runs_of(recs)
+    noise = noise_of(spec, recs)
     out_baselines: dict[str, dict[str, Any]] = {}
     for r in recs:
         if (
@@ -214,6 +260,12 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
             measured = runs.get(r.number)
             tput = measured.median if measured is not None else 0.0
             gain = (top_tput or 0.0) / tput if top_tput is not None and tput else None
+            band = tie_band_pct(
+                noise,
+                measured.spread_pct if measured is not None else None,
+                winner.spread_pct if winner is not None else None,
+            )
+            verdict = compare(top_tput, tput, band) if top_tput is not None and tput else None
             out_baselines[r.baseline] = {
                 "trial": r.number,
                 "status": r.status,
@@ -221,6 +273,8 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
                 "runs": measured.n if measured is not None else 0,
                 "spread_pct": measured.spread_pct if measured is not None else None,
                 "gain_of_best": gain,
+                "verdict": verdict,  # the winner against it
+                "tie_band_pct": band,
             }
     base = next((r for r in recs if r.baseline and r.measured), None)
     out = JobSummary(
@@ -229,6 +283,10 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
         [r.number for r in front(spec, recs)],
         baselines=out_baselines,
         noise_band_pct=spec.budget.noise_band_pct,
+        noise_pct=noise.measured_pct,
+        noise_baselines=noise.baselines,
+        noise_runs=noise.runs,
+        tie_band_pct=noise.band_pct,
         memory_model_errors=memory_errors(recs),
         gpu_seconds=gpu_seconds(recs),
     )
@@ -244,4 +302,7 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
         out.baseline_throughput = base_runs.median if base.feasible and base_runs is not None else 0.0
         if out.best_throughput and out.baseline_throughput:
             out.gain_over_baseline = out.best_throughput / out.baseline_throughput
+            out.verdict_over_baseline = next(
+                (b["verdict"] for b in out_baselines.values() if b["trial"] == base.number), None
+            )
     return out

@@ -13,9 +13,10 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autotuner.noise import Verdict
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import Runs, runs_of
+from autotuner.summary import Runs, runs_of, summarize
 from storage import JobRecord, JobStatus
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
@@ -41,17 +42,18 @@ class JobCreated(BaseModel):
 
 
 class RunsPublic(BaseModel):
-    """A trial's step throughput over its runs (its own and its re-measurements)."""
+    """A trial's step throughput over its runs (its own and its re-measurements): median,
+    spread and n, as every reported throughput carries them."""
 
     runs: int = Field(description="How many times the config was measured.")
     median: float = Field(description="Median throughput (tokens/s/GPU); a failed run counts as 0.")
     low: float
     high: float
-    spread_pct: float | None = Field(description="(high - low) / median, in percent.")
+    spread_pct: float | None = Field(description="(high - low) / median, in percent; None for one run.")
 
     @classmethod
     def of(cls, runs: Runs | None) -> RunsPublic | None:
-        if runs is None or runs.n < 2:
+        if runs is None or runs.n < 1:
             return None
         return cls(runs=runs.n, median=runs.median, low=runs.low, high=runs.high, spread_pct=runs.spread_pct)
 
@@ -66,7 +68,7 @@ class BestTrialPublic(BaseModel):
     )
     peak_memory_gib: float | None
     device: str = Field(description="The device the figures come from.")
-    runs: RunsPublic | None = Field(default=None, description="Its runs, when re-measured.")
+    runs: RunsPublic | None = Field(default=None, description="Its runs: median, spread and n.")
 
     @classmethod
     def of(cls, best: TrialRecord, runs: Runs | None) -> BestTrialPublic:
@@ -78,6 +80,32 @@ class BestTrialPublic(BaseModel):
             device=best.device,
             runs=RunsPublic.of(runs),
         )
+
+
+class NoisePublic(BaseModel):
+    """The job's measurement noise, from its baselines' repeats (``autotuner.noise``)."""
+
+    measured_pct: float | None = Field(
+        description="The baselines' spreads over their runs, pooled (%); None: no baseline ran twice yet."
+    )
+    floor_pct: float = Field(description="budget.noise_band_pct: the noise assumed before any is measured.")
+    band_pct: float = Field(description="The tie band (%): the larger of the two.")
+    baselines: int = Field(description="Baselines with two runs or more.")
+    runs: int = Field(description="Their runs in all.")
+
+
+class BaselinePublic(BaseModel):
+    """A baseline of the job against the winner: a gain only outside the tie band."""
+
+    name: str
+    trial: int
+    status: TrialStatus
+    throughput: RunsPublic | None = Field(description="Its runs (tokens/s/GPU): median, spread and n.")
+    best_over_baseline: float | None = Field(description="The winner's median over this one's.")
+    verdict: Verdict | None = Field(
+        description="The winner against it: faster, slower, or tie (the difference is inside the band)."
+    )
+    tie_band_pct: float = Field(description="The band this comparison used (%).")
 
 
 class JobPublic(BaseModel):
@@ -96,6 +124,10 @@ class JobPublic(BaseModel):
     elapsed_s: float | None = Field(description="Since the job first started; None if queued.")
     eta_s: float | None = Field(description="Estimated time to finish; None unless running.")
     best: BestTrialPublic | None
+    noise: NoisePublic | None = Field(default=None, description="The job's measured noise and tie band.")
+    baselines: list[BaselinePublic] = Field(
+        default_factory=list, description="Its baselines against the winner, ties called as ties."
+    )
     spec: dict[str, Any]
 
     @classmethod
@@ -106,7 +138,9 @@ class JobPublic(BaseModel):
         records: list[TrialRecord],
         best: TrialRecord | None,
         now: datetime | None = None,
+        spec: JobSpec | None = None,
     ) -> JobPublic:
+        """The job; with its ``spec``, its noise and its baselines against the winner too."""
         now = now or datetime.now(timezone.utc)
         done = sum(1 for r in records if r.measured)
         elapsed = None
@@ -115,6 +149,29 @@ class JobPublic(BaseModel):
         eta = None
         if job.status == "running" and elapsed is not None and done:
             eta = elapsed / done * max(job.trials_total - done, 0)
+        runs = runs_of(records)
+        noise, baselines = None, []
+        if spec is not None:
+            summary = summarize(spec, records, "")
+            noise = NoisePublic(
+                measured_pct=summary.noise_pct,
+                floor_pct=summary.noise_band_pct,
+                band_pct=summary.tie_band_pct,
+                baselines=summary.noise_baselines,
+                runs=summary.noise_runs,
+            )
+            baselines = [
+                BaselinePublic(
+                    name=name,
+                    trial=b["trial"],
+                    status=b["status"],
+                    throughput=RunsPublic.of(runs.get(b["trial"])),
+                    best_over_baseline=b["gain_of_best"],
+                    verdict=b["verdict"],
+                    tie_band_pct=b["tie_band_pct"],
+                )
+                for name, b in summary.baselines.items()
+            ]
         return cls(
             id=job.id,
             name=job.name,
@@ -130,7 +187,9 @@ class JobPublic(BaseModel):
             error=job.error,
             elapsed_s=elapsed,
             eta_s=eta,
-            best=None if best is None else BestTrialPublic.of(best, runs_of(records).get(best.number)),
+            best=None if best is None else BestTrialPublic.of(best, runs.get(best.number)),
+            noise=noise,
+            baselines=baselines,
             spec=json.loads(job.spec_json),
         )
 
@@ -207,7 +266,9 @@ class TrialPublic(BaseModel):
         default_factory=dict, description="Measured minus predicted, per phase measured (GiB)."
     )
     runs: RunsPublic | None = Field(
-        default=None, description="Its throughput over its runs, when it was re-measured as a finalist."
+        default=None,
+        description="Its throughput over its runs (median, spread and n; re-measured finalists and "
+        "baselines have several); None unless it ran to a throughput.",
     )
 
     @classmethod
@@ -257,15 +318,19 @@ class ParetoPointPublic(BaseModel):
     metrics: dict[str, float]
     config: dict[str, Any]
     device: str
+    runs: RunsPublic | None = Field(
+        default=None, description="Its throughput over its runs: median, spread and n."
+    )
 
     @classmethod
-    def of(cls, r: TrialRecord, metrics: Sequence[str]) -> ParetoPointPublic:
+    def of(cls, r: TrialRecord, metrics: Sequence[str], runs: Runs | None = None) -> ParetoPointPublic:
         return cls(
             number=r.number,
             objectives={m: float(r.metrics[m]) for m in metrics},
             metrics=r.metrics,
             config=r.config,
             device=r.device,
+            runs=RunsPublic.of(runs),
         )
 
 

@@ -142,9 +142,10 @@ class JobService:
         recs = every if status is None else [r for r in every if r.status == status]
         return recs[offset : offset + limit], len(recs), runs_of(every)
 
-    def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord]]:
+    def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord], dict[int, Runs]]:
+        """The job's spec, its Pareto front and the front's runs (median, spread, n)."""
         view = self.get_job(job_id)
-        return view.spec, front(view.spec, view.records)
+        return view.spec, front(view.spec, view.records), view.runs
 
     def best_trial(self, job_id: str, max_peak_memory_gib: float | None) -> tuple[TrialRecord, Runs | None]:
         """The winner (see ``autotuner.summary``) and its runs."""

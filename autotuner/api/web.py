@@ -35,7 +35,7 @@ from autotuner.api.security import require_read
 from autotuner.api.service import JobService, JobView
 from autotuner.records import INFEASIBLE_STATUSES, TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import front, summarize
+from autotuner.summary import Runs, front, runs_of, summarize
 from storage import JobNotFoundError
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
@@ -189,7 +189,7 @@ def _render(
 
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(view.job, url, view.records, view.best)
+    return JobPublic.of(view.job, url, view.records, view.best, spec=view.spec)
 
 
 # --------------------------------------------------------------------------- formatting
@@ -290,6 +290,19 @@ def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, (bool, int, float)) for v in values if v is not None)
 
 
+# A trial's throughput over its runs (its own and its re-measurements): median, n, spread.
+RUNS_COLUMNS = [
+    Column("r:median", "median tokens/s/GPU", "median throughput over the trial's runs", True),
+    Column("r:n", "runs", "how many times the config was measured", True),
+    Column("r:spread", "spread %", "(max - min) / median over its runs", True),
+]
+
+
+def runs_cells(runs: Runs | None) -> list[tuple[str, Any]]:
+    values = [runs.median, runs.n, runs.spread_pct] if runs is not None else [None, None, None]
+    return [(fmt(v), sort_key(v)) for v in values]
+
+
 def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTable:
     """Every trial, with every metric it measured and every knob that differs between trials
     (the knobs all trials share are listed once, beside the table)."""
@@ -306,6 +319,7 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
         for k in varying
     ]
     columns += [Column(f"m:{m}", m, f"metric {m}", True) for m in others]
+    columns += RUNS_COLUMNS
     predicted = any(r.predicted_memory_gib for r in recs)
     if predicted:
         columns += [
@@ -322,12 +336,14 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
         Column("error", "error", "why it failed, or why it was not run", False),
     ]
     rows = []
+    runs = runs_of(recs)
     for r in recs:
         row = Row(r, r.number in pareto_numbers)
         row.cells.append((r.status, r.status))
         row.cells += [(fmt(r.metrics.get(m)), sort_key(r.metrics.get(m))) for m in headline]
         row.cells += [(fmt(r.config.get(k)), sort_key(r.config.get(k))) for k in varying]
         row.cells += [(fmt(r.metrics.get(m)), sort_key(r.metrics.get(m))) for m in others]
+        row.cells += runs_cells(runs.get(r.number))
         if predicted:
             for value in (r.predicted_memory_gib.get("peak"), r.memory_error_gib.get("peak")):
                 row.cells.append((fmt(value), sort_key(value)))

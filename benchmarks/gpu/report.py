@@ -3,11 +3,13 @@
 usage: python -m benchmarks.gpu.report RESULTS.json [RESULTS.json ...]
        python -m benchmarks.gpu.report --compare RESULTS.json RESULTS.json ...
 
-For each job: the measured trials, best first, with the step's composition; the best
-trial against each named baseline; the best trial per rollout TP size (when TP was
-searched); the trials that ran out of memory, by phase, with the GPU-seconds they cost (a
-trial's wall time, start-up included, times the GPUs it held); the GPU-seconds of the whole
-job and its measured trials per hour of wall-clock time.
+For each job: the job's noise (its baselines' spread over their repeats, where it measured
+them) and the tie band it sets; the measured trials, best first, each with the median,
+spread and n of its runs and the step's composition; the best trial against each named
+baseline, a tie when the gap is inside the band (``autotuner.noise``); the best trial per
+rollout TP size (when TP was searched); the trials that ran out of memory, by phase, with
+the GPU-seconds they cost (a trial's wall time, start-up included, times the GPUs it held);
+the GPU-seconds of the whole job and its measured trials per hour of wall-clock time.
 
 ``--compare``: the jobs side by side, one row per rollout engine (vLLM against SGLang on
 the same workload): what each tuning found and cost, then the configs both measured (the
@@ -23,7 +25,10 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
+from autotuner.noise import Verdict, spread_pct
+
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 SHORT = {
     TP: "tp",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "gmu",
@@ -82,6 +87,42 @@ def trials_per_hour(job: dict[str, Any], measured: int) -> float | None:
     return measured / span * 3600 if span > 0 else None
 
 
+def runs_by_trial(trials: list[dict[str, Any]]) -> dict[int, list[float]]:
+    """Each ok trial's throughputs: its own and its re-measurements' (a failed re-run: 0)."""
+    out = {
+        t["number"]: [t["metrics"][THROUGHPUT]]
+        for t in trials
+        if t["status"] == "ok" and t.get("repeat_of") is None
+    }
+    for t in trials:
+        if t.get("repeat_of") in out and t["status"] in ("ok", "oom", "error", "timeout"):
+            out[t["repeat_of"]].append(t["metrics"].get(THROUGHPUT, 0.0) if t["status"] == "ok" else 0.0)
+    return out
+
+
+def noise_line(summary: dict[str, Any]) -> str:
+    """The job's noise as its summary recorded it; older results recorded none."""
+    if summary.get("noise_pct") is not None:
+        return (
+            f"Noise: {summary['noise_pct']:.1f}% (the baselines' spread over {summary.get('noise_runs')} "
+            f"runs, pooled); tie band {summary['tie_band_pct']:.1f}%."
+        )
+    return "Noise: not measured (no baseline ran twice): a gap between single runs is no claim."
+
+
+def versus_baseline(summary: dict[str, Any], b: dict[str, Any]) -> str:
+    """The best trial against baseline ``b``: a ratio outside the noise, a tie inside it."""
+    best, gain = summary.get("best_throughput"), b.get("gain_of_best")
+    if not gain or not best:
+        return ""
+    verdict, band = b.get("verdict"), b.get("tie_band_pct")
+    if verdict is None or band is None or summary.get("noise_pct") is None:
+        return f"; best {best:.0f} is {gain:.2f}x (single runs, noise not measured: no claim)"
+    if verdict == Verdict.TIE:
+        return f"; best {best:.0f} ties it ({gain:.2f}x, inside the {band:.1f}% tie band)"
+    return f"; best {best:.0f} is {gain:.2f}x (outside the {band:.1f}% tie band)"
+
+
 def report(doc: dict[str, Any]) -> str:
     out = [f"Command: `{doc['command']}`", ""]
     for job in doc["jobs"]:
@@ -106,29 +147,36 @@ def job_report(job: dict[str, Any]) -> list[str]:
         + (f"; {rate:.1f} measured trials per hour" if rate else "")
         + f"; stopped: {summary.get('stop_reason')}.",
         "",
-        "| trial | tok/s/GPU | step s | rollout s | old-logp s | ref s | update s | reload s | "
-        "peak GiB | GPUs | trial wall s | knobs |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        noise_line(summary),
+        "",
+        "| trial | tok/s/GPU (median) | n | spread % | step s | rollout s | old-logp s | ref s | "
+        "update s | reload s | peak GiB | GPUs | trial wall s | knobs |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    ok = sorted((t for t in trials if t["status"] == "ok"), key=lambda t: -t["values"][0])
+    runs = runs_by_trial(trials)
+    ok = sorted(
+        (t for t in trials if t["number"] in runs), key=lambda t: -statistics.median(runs[t["number"]])
+    )
     for t in ok:
         m, p = t["metrics"], t["phase_timings_s"]
         name = f"{t['number']}" + (f" ({t['baseline']})" if t["baseline"] else "")
+        values = runs[t["number"]]
         lines.append(
-            f"| {name} | {m['throughput_tokens_per_s_per_gpu']:.0f} | {fmt(m.get('step_time_s'))} | "
+            f"| {name} | {statistics.median(values):.0f} | {len(values)} | {fmt(spread_pct(values))} | "
+            f"{fmt(m.get('step_time_s'))} | "
             f"{fmt(p.get('rollout'))} | {fmt(p.get('old_log_prob'))} | {fmt(p.get('ref_log_prob'))} | "
             f"{fmt(p.get('update_actor'))} | {fmt(p.get('actor_reload'))} | "
             f"{fmt(m.get('peak_memory_gib'))} | {gpus(t)} | "
             f"{t['wall_s']:.0f} | {knobs(t['config'])} |"
         )
-    lines += ["", "Best against the baselines (step throughput, tokens/s/GPU):", ""]
-    best = summary.get("best_throughput")
+    lines += ["", "Best against the baselines (step throughput, tokens/s/GPU, median of n runs):", ""]
     for name, b in (summary.get("baselines") or {}).items():
-        value = b.get("throughput_tokens_per_s_per_gpu")
-        gain = b.get("gain_of_best")
+        value = b.get(THROUGHPUT)
+        spread = f", spread {b['spread_pct']:.1f}%" if b.get("spread_pct") is not None else ""
         lines.append(
-            f"- {name} (trial {b['trial']}, {b['status']}): {fmt(value, 0) or 'no measurement'}"
-            + (f"; best {best:.0f} is {gain:.2f}x" if gain and best else "")
+            f"- {name} (trial {b['trial']}, {b['status']}): {fmt(value, 0) if value else 'no measurement'}"
+            + (f" (n={b.get('runs', 1)}{spread})" if value else "")
+            + versus_baseline(summary, b)
         )
     per_tp: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
@@ -208,9 +256,9 @@ def compare(docs: list[dict[str, Any]]) -> str:
     jobs = [job for doc in docs for job in doc["jobs"]]
     lines = [
         "| engine | job | device | measured: ok / oom / other | GPU-s | best tok/s/GPU (trial) | "
-        "verl defaults | production | best / defaults | fastest rollout, generated tok/s (trial) "
-        "| median engine start-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "verl defaults | production | best / defaults | against the defaults | fastest rollout, "
+        "generated tok/s (trial) | median engine start-up s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for job in jobs:
         trials, summary = job["trials"], job["summary"]
@@ -232,6 +280,7 @@ def compare(docs: list[dict[str, Any]]) -> str:
             f"{sum((t['wall_s'] or 0.0) * gpus(t) for t in trials):.0f} | "
             f"{fmt(best, 0)} ({summary.get('best')}) | {fmt(defaults, 0)} | {fmt(production, 0)} | "
             f"{fmt(best / defaults if best and defaults else None, 2)} | "
+            f"{versus_defaults(summary)} | "
             + (
                 f"{fastest['metrics']['rollout_generated_tokens_per_s']:.0f} ({fastest['number']})"
                 if fastest
@@ -262,6 +311,16 @@ def compare(docs: list[dict[str, Any]]) -> str:
                 f"{fmt(m.get('engine_wake_s'))} | {fmt(m.get('peak_memory_gib'))} |"
             )
     return "\n".join(lines)
+
+
+def versus_defaults(summary: dict[str, Any]) -> str:
+    """The best against verl's defaults in words: faster, slower, tie, or no claim."""
+    b = (summary.get("baselines") or {}).get("verl-v0.9-defaults") or {}
+    if not b.get("gain_of_best"):
+        return ""
+    if b.get("verdict") is None or summary.get("noise_pct") is None:
+        return "no claim (single runs)"
+    return str(b["verdict"])
 
 
 def engine_of(job: dict[str, Any]) -> str:

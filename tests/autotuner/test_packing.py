@@ -99,7 +99,9 @@ def test_the_study_admits_trials_by_their_gpus_and_refuses_those_no_node_holds(r
         sampler="random",
         memory_model={"enabled": False},
     )
-    doc["budget"].update(max_trials=10, max_concurrent_trials=8, max_minutes=5, remeasure_finalists=0)
+    doc["budget"].update(
+        max_trials=10, max_concurrent_trials=8, max_minutes=5, remeasure_finalists=0, baseline_runs=1
+    )
     spec = parse_job_spec(doc)
     standin = tmp_path / "gpu-trial"
     standin.write_text(  # a trial goes to the stand-in; anything else (probes) to Python

@@ -32,7 +32,13 @@ def landscape() -> Landscape:
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_registered_sampler_drives_a_study(name, landscape, tmp_path) -> None:
     data = landscape.spec.model_dump(mode="json") | {"sampler": name, "seed": 3}
-    data["budget"] |= {"max_trials": MAX_TRIALS, "patience_trials": 0, "remeasure_finalists": 0}
+    # One run of the baseline: every run here is the sampler's (or the baseline's first).
+    data["budget"] |= {
+        "max_trials": MAX_TRIALS,
+        "patience_trials": 0,
+        "remeasure_finalists": 0,
+        "baseline_runs": 1,
+    }
     spec = JobSpec.model_validate(data)
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
     study = open_study(spec, f"conformance-{name}", f"sqlite:///{tmp_path / 'study.db'}")

@@ -194,3 +194,45 @@ def test_finalists_are_remeasured_and_the_winner_is_their_best_median(landscape,
     again, _, executor2 = _runner(landscape, tmp_path, max_trials=8, remeasure_finalists=2, remeasure_runs=3)
     again.run()
     assert executor2.history == []
+
+
+def test_baselines_run_first_mid_job_and_last_and_their_spread_is_the_noise(landscape, tmp_path) -> None:
+    ok = [p for p in landscape.points if p.runs[0].status == "ok"]
+    job_baselines = {"landscape-a": ok[1].config, "landscape-b": ok[2].config}
+    runner, study, _ = _runner(landscape, tmp_path, max_trials=12, remeasure_finalists=1)
+    runner.spec.baselines.update(job_baselines)
+    runner.enqueue_baseline()
+    summary = runner.run()
+    assert "measured 3 times each" in summary.stop_reason  # the finalist's note
+    recs = records(study)
+    baselines = [r for r in recs if r.baseline and r.feasible]
+    assert {"landscape-a", "landscape-b"} <= {r.baseline for r in baselines}
+    measured = [r.number for r in recs if r.measured]
+    half = measured[len(measured) // 2 - 1]  # the trial that used half the budget
+    first = [r.number for r in recs if r.baseline and r.measured]
+    assert first == measured[: len(first)]  # first: before the search's own trials
+    for base in baselines:
+        again = [r.number for r in recs if r.repeat_of == base.number and r.ran]
+        assert len(again) == 2, (base.baseline, again)
+        middle, end = again
+        # middle: once half the trials were measured, with search trials still after it
+        assert half < middle < measured[-1]
+        assert end > measured[-1]  # last: after the search, with the finalists
+    runs = runs_of(recs)
+    spreads = []
+    for base in baselines:
+        values = runs[base.number].throughputs
+        spreads.append((max(values) - min(values)) / sorted(values)[1] * 100)
+    result = summarize(runner.spec, recs, summary.stop_reason)
+    assert result.noise_pct == pytest.approx(sum(spreads) / len(spreads))  # 3 runs each: equal weights
+    assert result.noise_runs == 3 * len(baselines)
+    assert result.tie_band_pct == pytest.approx(max(2.0, result.noise_pct))
+    for base in baselines:
+        reported = result.baselines[base.baseline]
+        assert reported["runs"] == 3 and reported["spread_pct"] == pytest.approx(runs[base.number].spread_pct)
+        assert reported["tie_band_pct"] >= result.tie_band_pct
+    # Resuming measures nothing again: every baseline has its three runs.
+    again, _, executor2 = _runner(landscape, tmp_path, max_trials=12, remeasure_finalists=1)
+    again.spec.baselines.update(job_baselines)
+    again.run()
+    assert executor2.history == []

@@ -293,3 +293,35 @@ def test_a_failure_loop_outside_the_configs_trips_the_circuit_breaker(tmp_path, 
     recs = records(study)
     assert [r.status for r in recs] == ["infra_error"] * 3
     assert not [r for r in recs if r.measured]
+
+
+@pytest.mark.timeout(1200)
+def test_a_real_job_runs_its_baselines_first_mid_job_and_last_and_measures_its_noise(
+    tmp_path, ray_local
+) -> None:
+    """Real trials of a 2-layer model on this CPU: verl's defaults run first, again once half
+    of max_trials is measured (here: after the first), and last; the summary's noise is the
+    spread of those three runs."""
+    from autotuner.summary import runs_of, summarize
+
+    spec = _train_only_job(tmp_path, [1, 2, 4], cap_gib=8, max_trials=2)
+    space = SearchSpace.build(spec, spec.validate_model(), "cpu")
+    study = open_study(spec, "noise", f"sqlite:///{tmp_path / 'db.sqlite'}")
+    runner = StudyRunner(spec, study, space, RayExecutor(), "cpu", memory_cap_gib=8, cpus_per_trial=2)
+    runner.enqueue_baseline()
+    result = runner.run()
+    recs = records(study)
+    measured = [r.number for r in recs if r.measured]
+    (defaults,) = [r for r in recs if r.baseline and r.measured]
+    assert defaults.baseline == "verl-v0.9-defaults" and defaults.feasible, [
+        (r.number, r.status, r.error_message) for r in recs
+    ]
+    assert measured[0] == defaults.number and len(measured) == 2
+    again = [r.number for r in recs if r.repeat_of == defaults.number and r.ran]
+    assert len(again) == 2 and again[0] < measured[-1] < again[1], (measured, again)  # middle, end
+    summary = summarize(spec, recs, result.stop_reason)
+    runs = runs_of(recs)[defaults.number]
+    assert runs.n == 3 and all(v > 0 for v in runs.throughputs)
+    assert summary.noise_runs == 3 and summary.noise_pct == pytest.approx(runs.spread_pct)
+    assert summary.tie_band_pct == max(2.0, summary.noise_pct)
+    assert summary.baselines["verl-v0.9-defaults"]["runs"] == 3

@@ -208,7 +208,8 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
             A + "ppo_micro_batch_size_per_gpu": [1, 2, 4],
             "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
         },
-        "budget": {"max_trials": 3, "trial_timeout_s": 40},
+        # One run of the baseline: the n-th launch is the n-th trial the actions aim at.
+        "budget": {"max_trials": 3, "trial_timeout_s": 40, "baseline_runs": 1},
         "sampler": "random",
         "seed": 3,
     }

@@ -57,7 +57,7 @@ Service = Annotated[JobService, Depends(_service)]
 
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(view.job, url, view.records, view.best)
+    return JobPublic.of(view.job, url, view.records, view.best, spec=view.spec)
 
 
 @router.post(
@@ -135,10 +135,10 @@ def list_trials(
 @router.get("/{job_id}/pareto", response_model=ParetoPublic)
 def pareto(job_id: JobId, service: Service) -> ParetoPublic:
     """The feasible trials no other feasible trial beats on every objective of the job."""
-    spec, points = service.pareto(job_id)
+    spec, points, runs = service.pareto(job_id)
     metrics = [o.metric for o in spec.objectives]
     return ParetoPublic(
-        data=[ParetoPointPublic.of(r, metrics) for r in points],
+        data=[ParetoPointPublic.of(r, metrics, runs.get(r.number)) for r in points],
         count=len(points),
         objectives=[
             ObjectivePublic(metric=o.metric, direction=o.resolved_direction)  # type: ignore[arg-type]

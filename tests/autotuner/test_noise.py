@@ -1,0 +1,122 @@
+"""The tie rule: a difference inside the measured noise is a tie, wherever it is reported."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotuner.noise import Noise, Verdict, compare, pooled_spread_pct, spread_pct, tie_band_pct, versus
+from autotuner.records import TrialRecord, TrialStatus
+from autotuner.spec import JobSpec
+from autotuner.summary import choose, summarize
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
+
+
+def test_spread_is_range_over_median() -> None:
+    assert spread_pct([100.0, 104.0, 102.0]) == pytest.approx(100 * 4 / 102)
+    assert spread_pct([100.0]) is None and spread_pct([0.0, 0.0]) is None
+
+
+def test_spreads_pool_weighted_by_runs_less_one() -> None:
+    # 3 runs (weight 2) at 4/102, 2 runs (weight 1) at 10/105; a single run adds nothing.
+    pooled, groups, runs = pooled_spread_pct([[100.0, 104.0, 102.0], [100.0, 110.0], [50.0]])
+    assert pooled == pytest.approx((2 * 400 / 102 + 1000 / 105) / 3)
+    assert (groups, runs) == (2, 5)
+    assert pooled_spread_pct([[7.0]]) == (None, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "band", "verdict"),
+    [
+        (103.0, 100.0, 3.0, Verdict.TIE),  # 2.9% of the larger: inside
+        (100.0, 103.0, 3.0, Verdict.TIE),
+        (104.0, 100.0, 3.0, Verdict.FASTER),  # 3.8%: outside
+        (100.0, 104.0, 3.0, Verdict.SLOWER),
+        (104.0, 100.0, 4.0, Verdict.TIE),  # a wider band turns it into a tie
+        (100.0, 0.0, 3.0, Verdict.FASTER),  # a baseline that ran out of memory
+        (0.0, 0.0, 3.0, Verdict.TIE),
+    ],
+)
+def test_a_difference_inside_the_band_is_a_tie(a, b, band, verdict) -> None:
+    assert compare(a, b, band) is verdict
+
+
+def test_the_band_is_the_largest_of_floor_measured_noise_and_the_figures_spreads() -> None:
+    assert Noise(2.0).band_pct == 2.0 and "not measured" in Noise(2.0).describe()
+    measured = Noise.of(2.0, [[100.0, 105.0, 102.0]])
+    assert measured.band_pct == pytest.approx(500 / 102) and measured.runs == 3
+    assert tie_band_pct(measured, 1.0, None) == pytest.approx(500 / 102)
+    assert tie_band_pct(measured, 9.0) == 9.0
+    assert versus(1.01, Verdict.TIE, 4.9, "verl's defaults").startswith("ties verl's defaults (1.01x")
+    assert versus(1.25, Verdict.FASTER, 4.9, "verl's defaults") == "1.25x verl's defaults"
+
+
+def _spec(floor_pct: float = 2.0) -> JobSpec:
+    return JobSpec.model_validate(
+        {
+            "name": "noise",
+            "workload": {"model": "tiny", "phases": "train"},
+            "cluster": {"device": "cpu"},
+            "budget": {"noise_band_pct": floor_pct},
+        }
+    )
+
+
+def _trial(number: int, tput: float, peak: float = 1.0, **attrs) -> TrialRecord:
+    return TrialRecord(
+        number=number,
+        status=TrialStatus.OK,
+        metrics={THROUGHPUT: tput, PEAK_MEMORY: peak},
+        device="cpu",
+        **attrs,
+    )
+
+
+def _job(winner: list[float], defaults: list[float], other: list[float] | None = None) -> list[TrialRecord]:
+    """verl's defaults as trial 0, a finalist as trial 1 (and another as trial 2), each
+    with its re-runs as later trials."""
+    recs = [_trial(0, defaults[0], peak=3.0, baseline="verl-v0.9-defaults"), _trial(1, winner[0], peak=2.0)]
+    if other is not None:
+        recs.append(_trial(2, other[0], peak=1.5))
+    number = len(recs)
+    for original, values in ((0, defaults), (1, winner), (2, other or [])):
+        for v in values[1:]:
+            peak = recs[original].metrics[PEAK_MEMORY]
+            recs.append(_trial(number, v, peak=peak, repeat_of=original))
+            number += 1
+    return recs
+
+
+def test_a_gain_inside_the_baselines_noise_is_reported_as_a_tie() -> None:
+    # The defaults' three runs spread 6%; the winner's median is 4% above theirs.
+    summary = summarize(_spec(), _job([104.0, 104.5, 103.5], [100.0, 97.0, 103.0]), "done")
+    assert summary.noise_pct == pytest.approx(6.0) and summary.noise_runs == 3
+    assert summary.tie_band_pct == pytest.approx(6.0)
+    assert summary.gain_over_baseline == pytest.approx(1.04)
+    assert summary.verdict_over_baseline == Verdict.TIE
+    assert "ties it" in summary.versus_lines()[0]
+    assert "median of 3 runs" in summary.versus_lines()[0]
+
+
+def test_a_gain_beyond_the_noise_is_a_gain() -> None:
+    summary = summarize(_spec(), _job([125.0, 126.0, 124.0], [100.0, 97.0, 103.0]), "done")
+    assert summary.verdict_over_baseline == Verdict.FASTER
+    assert summary.baselines["verl-v0.9-defaults"]["verdict"] == Verdict.FASTER
+    assert "1.25x" in summary.versus_lines()[0]
+
+
+def test_without_repeats_the_floor_decides_and_the_noise_is_unmeasured() -> None:
+    summary = summarize(_spec(floor_pct=2.0), _job([101.0], [100.0]), "done")
+    assert summary.noise_pct is None and summary.tie_band_pct == 2.0
+    assert summary.verdict_over_baseline == Verdict.TIE
+    assert "not measured" in summary.noise_line()
+
+
+def test_finalists_inside_the_measured_noise_tie_and_the_smaller_one_wins() -> None:
+    # Finalists 1 (median 100, 2.0 GiB) and 2 (median 96, 1.5 GiB): 4% apart. The floor (2%)
+    # and their own spreads (1%) would separate them; the baselines' 6% spread ties them.
+    recs = _job([100.0, 100.5, 99.5], [80.0, 77.6, 82.4], other=[96.0, 96.5, 95.5])
+    winner, tied = choose(_spec(), recs)
+    assert winner is not None and winner.trial.number == 2 and tied == [1]
+    quiet = _job([100.0, 100.5, 99.5], [80.0, 80.4, 79.6], other=[96.0, 96.5, 95.5])
+    winner, tied = choose(_spec(), quiet)
+    assert winner is not None and winner.trial.number == 1 and tied == []
