@@ -28,7 +28,7 @@ from verl.utils.tracking import FileLogger
 file_logger = FileLogger("autotuner", "t")
 for step, (gen, thr) in enumerate([(9.0, 100.0), (3.0, 400.0), (2.0, 500.0)], start=1):
     data = {"timing_s/gen": np.float64(gen), "timing_s/step": gen + 1.5, "perf/throughput": thr,
-            "timing_s/update_weights": np.float32(0.25), "perf/max_memory_allocated_gb": 3,
+            "timing_s/update_weights": np.float32(0.25), "actor/perf/max_memory_allocated_gb": 3,
             "response_length/mean": np.int64(48), "actor/pg_loss": float("nan"), "note": "text"}
     LocalLogger(print_to_console=True).log(data, step)
     file_logger.log(data, step)
@@ -61,7 +61,7 @@ def test_parser_reads_verls_console_and_file_loggers(tmp_path: Path) -> None:
     assert "actor/pg_loss" not in ordered[0]  # not one of the kept metrics
     # Medians over steps 2-3 only: the warm-up's 9 s rollout does not count.
     assert measured["timing_s/gen"] == 2.5 and measured["perf/throughput"] == 450.0
-    assert measured["perf/max_memory_allocated_gb"] == 3.0
+    assert measured["actor/perf/max_memory_allocated_gb"] == 3.0
 
 
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:

@@ -33,6 +33,11 @@ STEP_METRICS: tuple[str, ...] = (
     "timing_s/adv",
     "timing_s/update_actor",
     "timing_s/update_weights",
+    # The actor worker's peak memory, logged after its update: ``actor/perf/...`` by verl
+    # v0.9's v1 trainer (its update metrics renamed under ``actor/``), ``perf/...`` by the
+    # legacy one.
+    "actor/perf/max_memory_allocated_gb",
+    "actor/perf/max_memory_reserved_gb",
     "perf/max_memory_allocated_gb",
     "perf/max_memory_reserved_gb",
     "response_length/mean",
