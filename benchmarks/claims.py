@@ -610,6 +610,98 @@ def search_compare() -> list[Line]:
     )
 
 
+VERL_COMPARE = "results/verl-qwen2.5-1.5b-h200.json"
+# The trial's phase each of verl's timings corresponds to (benchmarks/gpu/verl_compare.py).
+VERL_PHASES = (
+    ("rollout", "timing_s/gen"),
+    ("old_log_prob", "timing_s/old_log_prob"),
+    ("ref_log_prob", "timing_s/ref"),
+    ("update_actor", "timing_s/update_actor"),
+)
+
+
+def verl_runs(config: str, kind: str, run: str = "run_b") -> list[dict[str, Any]]:
+    """The ok runs of ``config`` of one kind (``trial``/``verl``); verl's defaults ran in
+    ``run_a`` only."""
+    doc = load(VERL_COMPARE)
+    found = [r for r in doc[run]["runs"] if r["config"] == config and r["kind"] == kind and r["status"] == "ok"]
+    if not found and kind == "verl" and run == "run_b":
+        return verl_runs(config, kind, "run_a")
+    return found
+
+
+def verl_steps(config: str) -> list[dict[str, float]]:
+    """verl's measured steps of ``config`` (after each run's warm-up)."""
+    return [s for r in verl_runs(config, "verl") for s in r["steps"][r.get("warmup_steps", 1) :]]
+
+
+def pct(predicted: float | None, measured: float | None) -> str:
+    if not predicted or not measured:
+        return "-"
+    return f"{100 * (predicted / measured - 1):+.0f}%"
+
+
+def verl_compare() -> list[Line]:
+    """Trial against verl itself, per config: step throughput and the phases' times."""
+    rows = []
+    for config in ("defaults", "example", "winner"):
+        (trial_run,) = verl_runs(config, "trial")
+        steps = verl_steps(config)
+        throughputs = [s["perf/throughput"] for s in steps]
+        verl_median = statistics.median(throughputs)
+        cells = [
+            config,
+            f"{trial_run['throughput']:.0f}",
+            median_runs(throughputs),
+            pct(trial_run["throughput"], verl_median),
+        ]
+        for phase, key in VERL_PHASES:
+            t = trial_run["phase_timings_s"].get(phase)
+            v = statistics.median(s[key] for s in steps)
+            cells.append(f"{t:.1f} / {v:.1f} ({pct(t, v)})")
+        rows.append((cells, (VERL_COMPARE,)))
+    header = ["config", "trial tok/s/GPU", "verl tok/s/GPU (median of steps)", "trial error"]
+    header += [f"{phase} s, trial / verl" for phase, _ in VERL_PHASES]
+    return [generated_from(VERL_COMPARE), Line(""), *table(header, rows)]
+
+
+def verl_compare_headline() -> list[Line]:
+    """What verl measured, and whether the trial ranks the configs as verl does."""
+    medians = {c: statistics.median(s["perf/throughput"] for s in verl_steps(c)) for c in ("defaults", "example", "winner")}
+    spreads = [spread_pct([s["perf/throughput"] for s in verl_steps(c)]) or 0.0 for c in medians]
+    band = max(spreads)
+    trial = {c: verl_runs(c, "trial")[0]["throughput"] for c in medians}
+    verdict = compare(medians["winner"], medians["example"], band)
+    word = "ties" if verdict is Verdict.TIE else f"is {verdict} than"
+    verl_order = sorted(medians, key=lambda c: -medians[c])
+    trial_order = sorted(trial, key=lambda c: -trial[c])
+    before = next(r for r in load(VERL_COMPARE)["run_a_first_try"]["runs"] if r["kind"] == "trial")
+    return [
+        Line(
+            f"In verl, the winner {word} verl's example ({medians['winner']:.0f} against "
+            f"{medians['example']:.0f} tokens/s/GPU, inside the {band:.1f}% step-to-step spread), "
+            f"and both are {medians['winner'] / medians['defaults']:.2f}x and "
+            f"{medians['example'] / medians['defaults']:.2f}x verl's defaults ({medians['defaults']:.0f}).",
+            (VERL_COMPARE,),
+        ),
+        Line(""),
+        Line(
+            f"The trial's order is {', '.join(trial_order)}; verl's is {', '.join(verl_order)} "
+            f"({'the same' if trial_order == verl_order else 'not the same'}). The trial over-predicts "
+            f"every config ({', '.join(f'{c} {pct(trial[c], medians[c])}' for c in medians)}), "
+            "most where it under-predicts verl's log-prob passes.",
+            (VERL_COMPARE,),
+        ),
+        Line(""),
+        Line(
+            f"Before the trial offloaded the reference model as verl does, its ref pass of verl's "
+            f"defaults took {before['phase_timings_s']['ref_log_prob']:.1f} s and its step "
+            f"{before['throughput']:.0f} tokens/s/GPU (run_a_first_try).",
+            (VERL_COMPARE,),
+        ),
+    ]
+
+
 CLAIMS: list[Claim] = [
     Claim("defaults-spread", defaults_spread),
     Claim("defaults-run-to-run", defaults_run_to_run),
@@ -631,6 +723,8 @@ CLAIMS: list[Claim] = [
     Claim("trials-per-hour", trials_per_hour),
     Claim("engines-same-configs", engines_same_configs),
     Claim("engines-headline", engines_headline),
+    Claim("verl-compare", verl_compare),
+    Claim("verl-compare-headline", verl_compare_headline),
 ]
 
 
