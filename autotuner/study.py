@@ -45,7 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 from optuna.trial import TrialState
@@ -77,6 +77,9 @@ from autotuner.stopping import Patience
 from autotuner.telling import Teller
 from autotuner.trialspec import build_trial_spec, trial_gpus
 from trials.types import TrialResult, TrialSpec
+
+if TYPE_CHECKING:
+    from autotuner.verification import JobVerification
 
 __all__ = [
     "GRID_LISTED_UP_TO",
@@ -186,6 +189,8 @@ class StudyRunner:
     sources: Sequence[ProposalSource] = field(
         default_factory=lambda: [Composition(), EngineExploration(), Sampler()]
     )
+    # Runs in verl itself once the finalists are re-measured (``autotuner.verification``).
+    verification: JobVerification | None = None
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _feasibility: Feasibility = field(default_factory=Feasibility)
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -237,6 +242,9 @@ class StudyRunner:
         stop = self._search(deadline)
         if stop.complete:
             stop = self._remeasure(deadline, stop)
+        if stop.complete and self.verification is not None:
+            note = self.verification.run(self._state, deadline)
+            stop = StopReason.cancelled() if note is None else stop.noted(note)
         return RunSummary(stop, self._measured, records(self.study))
 
     def _load_known(self) -> None:
