@@ -205,6 +205,7 @@ class _Run:
     me: str
     ownership: Ownership
     stopping: Callable[[], bool]
+    verified: int = 0  # budget.verify_in_verl as resolved on this runner
 
     def execute(self, caller: RunHooks) -> JobSummary:
         ctx, job_id = self.ctx, self.job_id
@@ -247,6 +248,7 @@ class _Run:
             return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
         verl = stored_verdicts(VerlRunStore(ctx.database), job_id)
         summary = summarize(spec, result.records, result.stop_reason, verl)
+        summary.verify_in_verl = self.verified
         status, error = job_outcome(result.stop, found_a_winner=summary.best is not None)
         self._finish(status, result.stop_reason, error, json.dumps(summary.to_dict()))
         return summary
@@ -258,7 +260,7 @@ class _Run:
         when the job was lost to another runner before its study was opened."""
         ctx, settings, job_id = self.ctx, self.ctx.settings, self.job_id
         device = resolve_device(spec)
-        verified = resolve_verify_in_verl(spec, device, settings)
+        verified = self.verified = resolve_verify_in_verl(spec, device, settings)
         space = build_space(spec, device, settings)
         hold_setup(settings, self.stopping)
         check_engine_environment(spec, device, settings)

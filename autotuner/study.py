@@ -34,8 +34,11 @@ config of a listed space measured or known not to fit; for a larger one, 200 pro
 row that could not run), or early once the Pareto front has not improved beyond the noise
 band for ``patience_trials`` trials (``autotuner.stopping``); then the finalists are measured
 again (``repeat_of`` set, outside the trial budget) so the winner is chosen on medians
-(``autotuner.summary``). Each run trial records the memory model's prediction made before it
-ran and the error of that prediction once measured.
+(``autotuner.summary``). A runner given a ``verification`` then runs the baselines and the
+fastest front trials in verl itself (``autotuner.verification``; recorded beside the trials,
+not as trials of the study), and the best verl-measured median wins. Each run trial records
+the memory model's prediction made before it ran and the error of that prediction once
+measured.
 """
 
 from __future__ import annotations

@@ -208,6 +208,8 @@ class JobSummary:
     # Who picked the winner: "verl" (its best verl-measured median) or "trials" (the trials'
     # figures); each trial verified in verl, by number (``verl_results.summary_of``).
     winner_source: str = "trials"
+    # budget.verify_in_verl as the job's runner resolved it (its default depends on the host).
+    verify_in_verl: int = 0
     # The winner's verl-measured median over verl's defaults' (both verified in verl).
     verl_gain_over_baseline: float | None = None
     verl: dict[int, dict[str, Any]] = field(default_factory=dict)

@@ -211,6 +211,15 @@ class VerlRunner:
 
     def run(self, rec: TrialRecord, run_id: str, timeout_s: float) -> VerlRunResult | None:
         budget = self.spec.budget
+        largest = max(
+            (n.get("Resources", {}).get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")), default=0.0
+        )
+        if largest < self.gpus:
+            return VerlRunResult(
+                run_id, "error", error_type="NotEnoughGpus",
+                error_message=f"verl runs the job's world on {self.gpus} GPUs of one node, but the "
+                f"Ray cluster's largest node has {largest:g}; run the job where a node has them",
+            )  # fmt: skip
         run_spec = verl_run_spec(self.spec, self.arch, rec.config, run_id, steps=budget.verify_steps)
         remote = ray.remote(_launch_on_node).options(
             num_cpus=1, num_gpus=self.gpus, max_retries=0, name=f"verl-{run_id}"

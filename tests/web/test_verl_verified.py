@@ -26,11 +26,12 @@ from fastapi.testclient import TestClient
 from ray import cloudpickle
 
 from autotuner.api.errors import ConflictError, NotFoundError
+from autotuner.records import TrialRecord, TrialStatus
 from autotuner.replay import Landscape
 from autotuner.settings import Settings
 from autotuner.spec import JobSpec
 from autotuner.summary import pick
-from autotuner.verification import interleave, job_verification
+from autotuner.verification import VerlRunner, interleave, job_verification
 from storage import VerlRunStore
 from trials.verl.types import VerlRunResult, VerlRunSpec
 
@@ -245,3 +246,17 @@ def test_the_verify_command_refuses_a_cpu_job(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stdout + done.stderr
     said = " ".join(done.stderr.split())
     assert "runs on cpu, where verl cannot run a training step; verify it on a host whose GPUs" in said
+
+
+def test_a_world_larger_than_every_node_is_not_run(tmp_path: Path, ray_with_a_gpu: None) -> None:
+    landscape = Landscape.load(LANDSCAPE)
+    data = _spec().model_dump(mode="json")
+    data["cluster"]["n_gpus_per_node"] = 2
+    spec = JobSpec.model_validate(data)
+    trial = TrialRecord(0, TrialStatus.OK, config=landscape.points[0].config)
+    runner = VerlRunner(spec, landscape.arch, sys.executable, tmp_path, launch=_stand_in_for_verl)
+    started = time.monotonic()
+    result = runner.run(trial, "too-big", timeout_s=600)
+    assert result is not None and result.status == "error" and result.error_type == "NotEnoughGpus"
+    assert "on 2 GPUs of one node, but the Ray cluster's largest node has 1" in (result.error_message or "")
+    assert time.monotonic() - started < 10
