@@ -252,3 +252,25 @@ def test_the_recorded_lines_are_what_verls_logger_prints() -> None:
         capture_output=True, text=True, env=env, check=True,
     ).stdout.strip().splitlines()[-1]  # fmt: skip
     assert printed == console_line(3, step_metrics(2048.5, {"gen": 9.25, "update_weights": 0.5}))
+
+
+def test_a_submitted_job_asking_for_verl_on_this_cpu_gets_a_422_naming_the_field() -> None:
+    """The service resolves ``cluster.device: auto`` on its own host (a CPU here): an explicit
+    count is refused before anything is stored."""
+    from autotuner.api.errors import InvalidInputError
+    from autotuner.api.submission import validate_job
+    from autotuner.hardware import detect_device
+
+    if detect_device() == "cuda":
+        pytest.skip("this host has a GPU: cluster.device auto resolves to cuda")
+    data = _job(verify_in_verl=1)
+    data["workload"] |= {"model": "tiny", "dtype": "float32", "max_response_length": 128}
+    data["workload"] |= {"response_length": {"kind": "uniform", "low": 16, "high": 128}}
+    data["cluster"] = {"device": "auto"}
+    with pytest.raises(InvalidInputError) as refused:
+        validate_job(data, Settings())
+    (item,) = refused.value.errors
+    assert item["loc"] == ["body", "budget", "verify_in_verl"]
+    assert "1 trials to verify in verl, but this job's trials run on cpu" in item["msg"]
+    data["budget"]["verify_in_verl"] = None
+    assert validate_job(data, Settings()).budget.verify_in_verl is None  # the default: resolved at run
