@@ -1,5 +1,5 @@
-"""The `autotuner` command: tune, demo, resume, export, jobs, doctor, models; serve the API,
-and submit, status (and export --server) as its client."""
+"""The `autotuner` command: tune, demo, resume, export, jobs, verify, doctor, models; serve
+the API, and submit, status (and export --server) as its client."""
 
 from __future__ import annotations
 
@@ -115,6 +115,18 @@ def _trial_line(rec: TrialRecord) -> str:
     return f"  trial {rec.number:>3}  {rec.status:<8} phase={rec.phase}  {rec.error_type or ''}{again}"
 
 
+def _verl_line(number: int, verified: dict[str, Any]) -> str:
+    """One verified trial: verl's median throughput and spread, the trial's error per phase."""
+    median = verified.get("throughput_median")
+    if median is None:
+        why = verified.get("error") or ""
+        return f"  trial {number:>3}  verl     not measured ({verified['status']}): {why}"
+    ok = verified["ok_runs"]
+    runs = f"median of {ok} runs, spread {verified.get('spread_pct') or 0:.1f}%" if ok >= 2 else "1 run"
+    errors = ", ".join(f"{k} {v:+.1f}%" for k, v in verified.get("prediction_error_pct", {}).items())
+    return f"  trial {number:>3}  verl     {median:10.1f} tok/s/GPU ({runs}); trial off by: {errors or 'n/a'}"
+
+
 def _memory_line(summary: JobSummary) -> str | None:
     errors = summary.memory_model_errors.get("peak")
     if not errors:
@@ -220,7 +232,10 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         summary.gain_over_baseline, summary.verdict_over_baseline, summary.tie_band_pct, "verl's defaults"
     )
     gain = f", {defaults}" if summary.gain_over_baseline else ""
+    for number, verified in summary.verl.items():
+        console.print(_verl_line(number, verified), markup=False, highlight=False)
     console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
+    console.print(f"winner picked by {summary.winner_source}", markup=False, highlight=False)
     console.print(summary.noise_line(), markup=False, highlight=False)
     for line in summary.versus_lines():
         console.print(f"  {line}", markup=False, highlight=False)
@@ -333,11 +348,48 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
     job = view.job
     pareto = {r.number for r in front(view.spec, view.records)}
     console.print(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
+    verified = view.verified
     for r in view.records:
         line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
+        line += "  [verl]" if r.number in verified else ""
         if r.status != TrialStatus.OK and r.error_message:
             line += f"  {r.error_message.splitlines()[-1][:120]}"
         console.print(line, markup=False, highlight=False)
+        if r.number in verified:
+            console.print(_verl_line(r.number, verified[r.number]), markup=False, highlight=False)
+    winner = view.best
+    if winner is not None:
+        console.print(f"winner: trial {winner.number}, picked by {view.picked_by}", markup=False)
+
+
+@app.command()
+def verify(
+    job_id: str,
+    trial: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="A trial to run in verl (repeat for more); default: the baselines and the "
+            "fastest front trials."
+        ),
+    ] = None,
+) -> None:
+    """Run a finished job's trials in verl itself (interleaved, budget.verify_rounds runs each)
+    and record them beside the trials; print what verl measured."""
+    service = JobService(_context())
+    try:
+        view = service.verify(job_id, trial or None)
+    except (StorageError, AutotunerError) as exc:
+        _fail(str(exc))
+    finally:
+        service.close()
+    verified = view.verified
+    numbers = trial or sorted(verified)
+    for number in numbers:
+        if number in verified:
+            console.print(_verl_line(number, verified[number]), markup=False, highlight=False)
+    winner = view.best
+    if winner is not None:
+        console.print(f"winner: trial {winner.number}, picked by {view.picked_by}", markup=False)
 
 
 @app.command()

@@ -25,6 +25,7 @@ from autotuner.capacity import check_device, host_memory_gib
 from autotuner.errors import AutotunerError, EngineUnavailableError, JobBusyError
 from autotuner.executor import RayExecutor, cluster_resources, ensure_ray
 from autotuner.ownership import Ownership
+from autotuner.proposals import SearchState
 from autotuner.records import TrialRecord, records
 from autotuner.recovery import database_unavailable, retry_interrupted
 from autotuner.settings import Settings
@@ -33,9 +34,25 @@ from autotuner.spec import JobSpec, parse_job_spec
 from autotuner.stop import StopKind, job_outcome
 from autotuner.study import RunHooks, RunSummary, StudyRunner, open_study, recover_interrupted
 from autotuner.summary import JobSummary, summarize
-from storage import Database, DatabaseUnavailableError, JobNotOwnedError, JobRecord, JobStore
+from autotuner.verification import (
+    DEFAULT_VERIFIED,
+    VERIFY_IN_VERL,
+    Launch,
+    job_verification,
+    resolve_verify_in_verl,
+    stored_verdicts,
+)
+from storage import (
+    Database,
+    DatabaseUnavailableError,
+    JobNotOwnedError,
+    JobRecord,
+    JobStore,
+    VerlRunStore,
+)
 from trials.launcher import engine_fix, engine_importable
 from trials.types import TrialResult
+from trials.verl.launch import launch_verl
 
 log = logging.getLogger(__name__)
 
@@ -194,6 +211,7 @@ class _Run:
     me: str
     ownership: Ownership
     stopping: Callable[[], bool]
+    verified: int = 0  # budget.verify_in_verl as resolved on this runner
 
     def execute(self, caller: RunHooks) -> JobSummary:
         ctx, job_id = self.ctx, self.job_id
@@ -234,7 +252,9 @@ class _Run:
             ctx.store.release(job_id, self.me)
             log.info("job %s: service shutting down; back in the queue to resume", job_id)
             return summarize(spec, result.records, SHUTDOWN_STOP_REASON)
-        summary = summarize(spec, result.records, result.stop_reason)
+        verl = stored_verdicts(VerlRunStore(ctx.database), job_id)
+        summary = summarize(spec, result.records, result.stop_reason, verl)
+        summary.verify_in_verl = self.verified
         status, error = job_outcome(result.stop, found_a_winner=summary.best is not None)
         self._finish(status, result.stop_reason, error, json.dumps(summary.to_dict()))
         return summary
@@ -246,6 +266,7 @@ class _Run:
         when the job was lost to another runner before its study was opened."""
         ctx, settings, job_id = self.ctx, self.ctx.settings, self.job_id
         device = resolve_device(spec)
+        verified = self.verified = resolve_verify_in_verl(spec, device, settings)
         space = build_space(spec, device, settings)
         hold_setup(settings, self.stopping)
         check_engine_environment(spec, device, settings)
@@ -278,6 +299,12 @@ class _Run:
                 ctx, job_id, self.me, hooks, already=sum(1 for r in records(study) if r.measured)
             ),
         )
+        study.set_user_attr(VERIFY_IN_VERL, verified)  # the default as resolved here
+        if verified:
+            runner.verification = job_verification(
+                VerlRunStore(ctx.database), job_id, spec, space.arch, settings, verified,
+                stop_requested=lambda: runner.hooks.stop_requested(),
+            )  # fmt: skip
         runner.enqueue_baseline()
         return runner.run()
 
@@ -296,6 +323,40 @@ class _Run:
             )
         except JobNotOwnedError as exc:
             log.error("job %s: not recording its end (%s): %s", self.job_id, status, exc)
+
+
+def verify_finished(
+    ctx: JobContext,
+    job: JobRecord,
+    trials: list[int] | None,
+    stop_requested: Callable[[], bool],
+    launch: Launch = launch_verl,
+) -> str | None:
+    """Run a finished job's ``trials`` (default: its baselines and its ``budget.verify_in_verl``
+    fastest front trials, as resolved when it ran, else ``DEFAULT_VERIFIED``) in verl,
+    ``budget.verify_rounds`` more runs each, interleaved, recording each run; a note on what
+    was done, None when stopped.
+
+    Raises:
+        EngineUnavailableError: the job's trials ran on a CPU, where verl cannot run.
+    """
+    settings = ctx.settings
+    spec = ctx.spec_of(job)
+    device = resolve_device(spec)
+    if device != "cuda":
+        raise EngineUnavailableError(
+            f"job {job.id} runs on {device}, where verl cannot run a training step; verify it "
+            "on a host whose GPUs NVML sees (cluster.device cuda or auto)"
+        )
+    space = build_space(spec, device, settings)
+    study = open_study(spec, job.study_name, settings.resolved_database_url)
+    count = int(study.user_attrs.get(VERIFY_IN_VERL) or DEFAULT_VERIFIED)
+    ensure_ray(settings.ray_address, settings.ray_num_cpus)
+    verification = job_verification(
+        VerlRunStore(ctx.database), job.id, spec, space.arch, settings, count, stop_requested,
+        trials=trials, again=True, launch=launch,
+    )  # fmt: skip
+    return verification.run(SearchState(spec, space, study))
 
 
 def hold_setup(settings: Settings, stopping: Callable[[], bool]) -> None:

@@ -478,6 +478,13 @@ class KnobOverride(_Model):
         return self
 
 
+# Why a job on a CPU cannot verify in verl, and the fix (``JobSpec`` and the job's runner).
+VERIFY_ON_CPU = (
+    "{n} trials to verify in verl, but this job's trials run on cpu, where verl cannot run a "
+    "training step; set budget.verify_in_verl to 0 (or leave it unset), or run the job on cuda"
+)
+
+
 class Budget(_Model):
     """How much measuring a job may do."""
 
@@ -533,6 +540,28 @@ class Budget(_Model):
         "already measured (its engine saw the same) takes that rollout over instead of starting "
         "an engine: it only trains, with the sleeping engine's memory held. Finalists' "
         "re-measurements always run in full.",
+    )
+
+    verify_in_verl: int | None = Field(
+        default=None,
+        ge=0,
+        le=16,
+        description="After the search, the baselines and this many of the fastest Pareto-front "
+        "trials run in verl itself (verl's main_ppo, interleaved and repeated) and the best "
+        "verl-measured median wins; default 2 on CUDA when verl's environment is found "
+        "(AUTOTUNER_ENGINE_PYTHON__VERL), else 0; 0: none. verl does not run on cpu.",
+    )
+    verify_rounds: int = Field(
+        default=2, ge=1, le=10, description="Runs of each verified config in verl, interleaved A-B-C-A-B-C."
+    )
+    verify_steps: int = Field(
+        default=4,
+        ge=4,
+        le=50,
+        description="verl steps per verification run: the first is a warm-up, the rest are measured.",
+    )
+    verify_timeout_s: float = Field(
+        default=1800.0, ge=60, le=24 * 3600, description="A verl run still running after this is killed."
     )
 
     @property
@@ -624,7 +653,7 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_rules(self, info: ValidationInfo) -> JobSpec:
-        from autotuner.domains import check_spec_values
+        from autotuner.domains import KnobValueError, check_spec_values
         from autotuner.knobs import KNOBS  # the knob table depends on this module's types
 
         unknown = sorted(set(self.search) - set(KNOBS))
@@ -646,6 +675,10 @@ class JobSpec(_Model):
         if len(set(metrics)) != len(metrics):
             raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")
         w, c = self.workload, self.cluster
+        if c.device == "cpu" and self.budget.verify_in_verl:
+            raise KnobValueError(
+                ("budget", "verify_in_verl"), VERIFY_ON_CPU.format(n=self.budget.verify_in_verl)
+            )
         if (w.train_batch_size * w.n) % c.world_size:
             raise ValueError(
                 f"train_batch_size*n ({w.train_batch_size}*{w.n}) must be divisible by the number of "

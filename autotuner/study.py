@@ -34,8 +34,11 @@ config of a listed space measured or known not to fit; for a larger one, 200 pro
 row that could not run), or early once the Pareto front has not improved beyond the noise
 band for ``patience_trials`` trials (``autotuner.stopping``); then the finalists are measured
 again (``repeat_of`` set, outside the trial budget) so the winner is chosen on medians
-(``autotuner.summary``). Each run trial records the memory model's prediction made before it
-ran and the error of that prediction once measured.
+(``autotuner.summary``). A runner given a ``verification`` then runs the baselines and the
+fastest front trials in verl itself (``autotuner.verification``; recorded beside the trials,
+not as trials of the study), and the best verl-measured median wins. Each run trial records
+the memory model's prediction made before it ran and the error of that prediction once
+measured.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 from optuna.trial import TrialState
@@ -78,6 +81,9 @@ from autotuner.stopping import Patience
 from autotuner.telling import Teller
 from autotuner.trialspec import build_trial_spec, trial_gpus
 from trials.types import TrialResult, TrialSpec
+
+if TYPE_CHECKING:
+    from autotuner.verification import JobVerification
 
 __all__ = [
     "GRID_LISTED_UP_TO",
@@ -188,6 +194,8 @@ class StudyRunner:
     sources: Sequence[ProposalSource] = field(
         default_factory=lambda: [BaselineRepeats(), Composition(), EngineExploration(), Sampler()]
     )
+    # Runs in verl itself once the finalists are re-measured (``autotuner.verification``).
+    verification: JobVerification | None = None
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _feasibility: Feasibility = field(default_factory=Feasibility)
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -239,6 +247,9 @@ class StudyRunner:
         stop = self._search(deadline)
         if stop.complete:
             stop = self._remeasure(deadline, stop)
+        if stop.complete and self.verification is not None:
+            note = self.verification.run(self._state, deadline)
+            stop = StopReason.cancelled() if note is None else stop.noted(note)
         return RunSummary(stop, self._measured, records(self.study))
 
     def _load_known(self) -> None:

@@ -8,6 +8,9 @@ own spread, whichever is largest: ``autotuner.noise``) tie; of those, the one wi
 peak memory wins. Its median, spread and run count go wherever the winner is shown, and its
 gain over each baseline is a tie when it is inside the band. A job without re-measurements
 picks the fastest trial.
+Once verl itself measured trials (``autotuner.verification``) and at least one run
+finished, the best verl-measured median wins instead (``pick``), and the summary says so
+(``winner_source``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from autotuner.noise import Noise, Verdict, compare, tie_band_pct
 from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
+from autotuner.verl_results import VerlVerdict, summary_of, verl_medians
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 
@@ -128,11 +132,33 @@ def choose(
     return winner, sorted(c.trial.number for c in tied if c is not winner)
 
 
+def pick(
+    spec: JobSpec,
+    recs: list[TrialRecord],
+    max_peak_memory_gib: float | None = None,
+    verl: dict[int, VerlVerdict] | None = None,
+) -> tuple[Runs | None, list[int], str]:
+    """``choose``, unless verl measured a trial: then the trial with the best verl-measured
+    median throughput (under the cap) wins; which of the two picked it (``WINNER_SOURCES``)."""
+    medians = verl_medians(verl or {})
+    cap = float("inf") if max_peak_memory_gib is None else max_peak_memory_gib
+    runs = runs_of(recs)
+    verified = [n for n in medians if n in runs and float(runs[n].trial.metrics.get(PEAK_MEMORY, 0.0)) <= cap]
+    if verified:
+        top = max(verified, key=lambda n: (medians[n], -n))
+        return runs[top], [], "verl"
+    winner, tied = choose(spec, recs, max_peak_memory_gib)
+    return winner, tied, "trials"
+
+
 def best(
-    spec: JobSpec, recs: list[TrialRecord], max_peak_memory_gib: float | None = None
+    spec: JobSpec,
+    recs: list[TrialRecord],
+    max_peak_memory_gib: float | None = None,
+    verl: dict[int, VerlVerdict] | None = None,
 ) -> TrialRecord | None:
-    """The winner among feasible trials, under a memory cap if one is given."""
-    winner, _ = choose(spec, recs, max_peak_memory_gib)
+    """The winner among feasible trials, under a memory cap if one is given (``pick``)."""
+    winner, _, _ = pick(spec, recs, max_peak_memory_gib, verl)
     return None if winner is None else winner.trial
 
 
@@ -200,6 +226,14 @@ class JobSummary:
     # Measured minus predicted peak memory per phase, over the trials predicted before they ran.
     memory_model_errors: dict[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
+    # Who picked the winner: "verl" (its best verl-measured median) or "trials" (the trials'
+    # figures); each trial verified in verl, by number (``verl_results.summary_of``).
+    winner_source: str = "trials"
+    # budget.verify_in_verl as the job's runner resolved it (its default depends on the host).
+    verify_in_verl: int = 0
+    # The winner's verl-measured median over verl's defaults' (both verified in verl).
+    verl_gain_over_baseline: float | None = None
+    verl: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -214,7 +248,13 @@ class JobSummary:
             else " (1 run)"
         )
         tied = f"; tied within the noise band with {self.tied_with}" if self.tied_with else ""
-        return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}"
+        verified = self.verl.get(self.best) if self.winner_source == "verl" else None
+        in_verl = (
+            f"; picked in verl: {verified['throughput_median']:.1f} tok/s/GPU measured in verl"
+            if verified is not None and verified.get("throughput_median") is not None
+            else ""
+        )
+        return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}{in_verl}"
 
     def noise_line(self) -> str:
         """The job's noise and tie band, for the CLI and logs."""
@@ -241,12 +281,14 @@ class JobSummary:
         return out
 
 
-def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSummary:
+def summarize(
+    spec: JobSpec, recs: list[TrialRecord], stop_reason: str, verl: dict[int, VerlVerdict] | None = None
+) -> JobSummary:
     counts: dict[str, int] = {}
     for r in recs:
         key = str(r.status) if r.repeat_of is None else "remeasured"
         counts[key] = counts.get(key, 0) + 1
-    winner, tied = choose(spec, recs)
+    winner, tied, source = pick(spec, recs, verl=verl)
     top_tput = winner.median if winner is not None else None
     runs = runs_of(recs)
     noise = noise_of(spec, recs)
@@ -290,12 +332,22 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
         memory_model_errors=memory_errors(recs),
         gpu_seconds=gpu_seconds(recs),
     )
+    out.winner_source = source
+    out.verl = verified_summaries(recs, verl or {})
     if winner is not None:
         out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
         out.best_runs, out.tied_with = winner.n, tied
         if winner.n >= 2:
             out.best_throughput_range = [winner.low, winner.high]
             out.best_spread_pct = winner.spread_pct
+    medians = verl_medians(verl or {})
+    if (
+        winner is not None
+        and base is not None
+        and medians.get(base.number)
+        and winner.trial.number in medians
+    ):
+        out.verl_gain_over_baseline = medians[winner.trial.number] / medians[base.number]
     if base is not None:
         out.baseline = base.number
         base_runs = runs.get(base.number)
@@ -306,3 +358,13 @@ def summarize(spec: JobSpec, recs: list[TrialRecord], stop_reason: str) -> JobSu
                 (b["verdict"] for b in out_baselines.values() if b["trial"] == base.number), None
             )
     return out
+
+
+def verified_summaries(recs: list[TrialRecord], verl: dict[int, VerlVerdict]) -> dict[int, dict[str, Any]]:
+    """Each verl-verified trial's verdict as plain data, with the trial's prediction error."""
+    by_number = {r.number: r for r in recs}
+    runs = runs_of(recs)
+    return {
+        n: summary_of(v, by_number.get(n), runs[n].median if n in runs else None)
+        for n, v in sorted(verl.items())
+    }

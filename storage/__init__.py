@@ -19,6 +19,7 @@ from storage.errors import (
 from storage.jobs import JobStore
 from storage.models import FINISHED_STATUSES, JOB_STATUSES, JobStatus
 from storage.records import JobRecord
+from storage.verl_runs import VerlRunRecord, VerlRunStore
 
 __all__ = [
     "FINISHED_STATUSES",
@@ -37,5 +38,7 @@ __all__ = [
     "MigrationError",
     "SchemaNotReadyError",
     "StorageError",
+    "VerlRunRecord",
+    "VerlRunStore",
     "default_database_url",
 ]

@@ -10,6 +10,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Dialect,
+    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -98,3 +99,30 @@ class JobRow(Base):
     # of that request's body: a retry with the key gets this job back, never a second one.
     idempotency_key: Mapped[str | None] = mapped_column(String(255), unique=True)
     request_sha256: Mapped[str | None] = mapped_column(String(64))
+
+
+VERL_RUN_STATUSES = ("ok", "oom", "error", "timeout")
+
+
+class VerlRunRow(Base):
+    """One run of a trial's config in verl itself (``trials.verl``), beside the job's trials:
+    which trial, which round of the interleaved verification, its status and the runner's
+    result (``VerlRunResult`` as JSON). Deleted with its job."""
+
+    __tablename__ = "verl_runs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('ok', 'oom', 'error', 'timeout')",
+            name="status_known",
+        ),
+        CheckConstraint("trial_number >= 0 AND round >= 0", name="numbers_nonnegative"),
+        Index("ix_verl_runs_job_id", "job_id", "trial_number"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"))
+    trial_number: Mapped[int] = mapped_column(Integer)
+    round: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(16))
+    result_json: Mapped[str] = mapped_column("result", Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -58,6 +58,42 @@ class RunsPublic(BaseModel):
         return cls(runs=runs.n, median=runs.median, low=runs.low, high=runs.high, spread_pct=runs.spread_pct)
 
 
+class VerlPublic(BaseModel):
+    """What verl itself measured for a trial (``autotuner.verification``): its runs, interleaved
+    with the other verified configs, each of >= 3 measured steps after a warm-up."""
+
+    status: str = Field(description="ok when at least one run finished; else the last run's status.")
+    runs: int = Field(description="Runs of the config in verl.")
+    ok_runs: int = Field(description="Runs that finished.")
+    throughput_median: float | None = Field(
+        description="Median over the finished runs of verl's perf/throughput (tokens/s/GPU; "
+        "each run's figure is the median of its measured steps)."
+    )
+    throughput_low: float | None
+    throughput_high: float | None
+    spread_pct: float | None = Field(description="(high - low) / median, in percent; None below 2 runs.")
+    medians: dict[str, float] = Field(
+        description="verl's perf/throughput, timing_s/step, timing_s/gen, timing_s/old_log_prob, "
+        "timing_s/ref, timing_s/update_actor and timing_s/update_weights (the weight sync): "
+        "medians over the finished runs."
+    )
+    peak_memory_gb: dict[str, float] = Field(
+        description="perf/max_memory_allocated_gb and perf/max_memory_reserved_gb: the largest of the runs."
+    )
+    versions: dict[str, str] = Field(description="verl, the engine, torch and transformers as verl ran them.")
+    device: str
+    prediction_error_pct: dict[str, float] = Field(
+        description="(trial - verl) / verl in percent: per phase (rollout, old_log_prob, "
+        "ref_log_prob, update_actor, weight_sync), the step time (step) and step throughput "
+        "(throughput)."
+    )
+    error: str | None = Field(default=None, description="The last failed run's error.")
+
+    @classmethod
+    def of(cls, summary: dict[str, Any] | None) -> VerlPublic | None:
+        return None if summary is None else cls(**{k: v for k, v in summary.items() if k != "trial"})
+
+
 class BestTrialPublic(BaseModel):
     """The winner so far: the fastest feasible trial, or, once finalists were re-measured,
     the one with the best median (ties inside the noise band go to less memory)."""
@@ -69,9 +105,21 @@ class BestTrialPublic(BaseModel):
     peak_memory_gib: float | None
     device: str = Field(description="The device the figures come from.")
     runs: RunsPublic | None = Field(default=None, description="Its runs: median, spread and n.")
+    picked_by: Literal["verl", "trials"] = Field(
+        default="trials",
+        description="verl: the best verl-measured median among the trials verified in verl; "
+        "trials: the trials' own figures (no verified run finished).",
+    )
+    verl: VerlPublic | None = Field(default=None, description="What verl measured for it, if verified.")
 
     @classmethod
-    def of(cls, best: TrialRecord, runs: Runs | None) -> BestTrialPublic:
+    def of(
+        cls,
+        best: TrialRecord,
+        runs: Runs | None,
+        picked_by: str = "trials",
+        verl: dict[str, Any] | None = None,
+    ) -> BestTrialPublic:
         many = runs is not None and runs.n >= 2
         return cls(
             number=best.number,
@@ -79,6 +127,8 @@ class BestTrialPublic(BaseModel):
             peak_memory_gib=best.metric(PEAK_MEMORY),
             device=best.device,
             runs=RunsPublic.of(runs),
+            picked_by=picked_by,  # type: ignore[arg-type]
+            verl=VerlPublic.of(verl),
         )
 
 
@@ -139,6 +189,8 @@ class JobPublic(BaseModel):
         best: TrialRecord | None,
         now: datetime | None = None,
         spec: JobSpec | None = None,
+        picked_by: str = "trials",
+        verl: dict[int, dict[str, Any]] | None = None,
     ) -> JobPublic:
         """The job; with its ``spec``, its noise and its baselines against the winner too."""
         now = now or datetime.now(timezone.utc)
@@ -187,7 +239,9 @@ class JobPublic(BaseModel):
             error=job.error,
             elapsed_s=elapsed,
             eta_s=eta,
-            best=None if best is None else BestTrialPublic.of(best, runs.get(best.number)),
+            best=None
+            if best is None
+            else BestTrialPublic.of(best, runs.get(best.number), picked_by, (verl or {}).get(best.number)),
             noise=noise,
             baselines=baselines,
             spec=json.loads(job.spec_json),
@@ -270,9 +324,12 @@ class TrialPublic(BaseModel):
         description="Its throughput over its runs (median, spread and n; re-measured finalists and "
         "baselines have several); None unless it ran to a throughput.",
     )
+    verl: VerlPublic | None = Field(
+        default=None, description="What verl itself measured for its config, when it was verified in verl."
+    )
 
     @classmethod
-    def of(cls, r: TrialRecord, runs: Runs | None = None) -> TrialPublic:
+    def of(cls, r: TrialRecord, runs: Runs | None = None, verl: dict[str, Any] | None = None) -> TrialPublic:
         return cls(
             number=r.number,
             status=r.status,
@@ -302,6 +359,7 @@ class TrialPublic(BaseModel):
             predicted_memory_gib=r.predicted_memory_gib,
             memory_error_gib=r.memory_error_gib,
             runs=RunsPublic.of(runs),
+            verl=VerlPublic.of(verl),
         )
 
 

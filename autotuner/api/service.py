@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import optuna
@@ -19,13 +20,16 @@ from autotuner.api.errors import ConflictError, InvalidInputError, NotFoundError
 from autotuner.api.submission import parse_body, validate_job
 from autotuner.errors import AutotunerError
 from autotuner.export import to_overrides, to_yaml, verl_config
-from autotuner.jobs import JobContext
+from autotuner.jobs import JobContext, verify_finished
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
 from autotuner.spec import JobSpec, read_stored_spec
-from autotuner.summary import Runs, best, front, runs_of
+from autotuner.summary import Runs, best, front, pick, runs_of, verified_summaries
+from autotuner.verification import Launch, stored_verdicts
 from autotuner.verl_check import VerlChecker
-from storage import JobRecord
+from autotuner.verl_results import VerlVerdict
+from storage import JobRecord, VerlRunStore
 from trials.launcher import remove_scratch
+from trials.verl.launch import launch_verl
 
 # An Idempotency-Key: 1 to 255 visible ASCII characters (a UUID is the usual choice).
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")
@@ -51,10 +55,21 @@ class JobView:
     spec: JobSpec
     records: list[TrialRecord]
     memory_cap_gib: float | None = None
+    verl: dict[int, VerlVerdict] = field(default_factory=dict)  # trials verified in verl
 
     @property
     def best(self) -> TrialRecord | None:
-        return best(self.spec, self.records)
+        return best(self.spec, self.records, verl=self.verl)
+
+    @property
+    def picked_by(self) -> str:
+        """verl when the winner is the best verl-measured median, else trials."""
+        return pick(self.spec, self.records, verl=self.verl)[2]
+
+    @property
+    def verified(self) -> dict[int, dict[str, Any]]:
+        """Each verified trial's verl verdict as plain data, with its prediction error."""
+        return verified_summaries(self.records, self.verl)
 
     @property
     def runs(self) -> dict[int, Runs]:
@@ -136,21 +151,52 @@ class JobService:
 
     def trials(
         self, job_id: str, status: str | None, offset: int, limit: int
-    ) -> tuple[list[TrialRecord], int, dict[int, Runs]]:
-        """A page of trials, how many match, and the re-measured ones' runs (by number)."""
-        every = self.get_job(job_id).records
+    ) -> tuple[list[TrialRecord], int, dict[int, Runs], dict[int, dict[str, Any]]]:
+        """A page of trials, how many match, the re-measured ones' runs and the verl-verified
+        ones' verdicts (by number)."""
+        view = self.get_job(job_id)
+        every = view.records
         recs = every if status is None else [r for r in every if r.status == status]
-        return recs[offset : offset + limit], len(recs), runs_of(every)
+        return recs[offset : offset + limit], len(recs), runs_of(every), view.verified
+
+    def verify(
+        self,
+        job_id: str,
+        trials: list[int] | None = None,
+        stop_requested: Callable[[], bool] = lambda: False,
+        launch: Launch = launch_verl,
+    ) -> JobView:
+        """Run a finished job's ``trials`` (default: its baselines and fastest front trials) in
+        verl, ``budget.verify_rounds`` more runs each, interleaved, and record them here
+        (``autotuner.jobs.verify_finished``); the job as it then stands."""
+        view = self.get_job(job_id)
+        if not view.job.is_finished:
+            raise ConflictError(
+                f"job {job_id} is {view.job.status}: verify a finished job (its own verification "
+                "runs after its search, when budget.verify_in_verl is above 0)"
+            )
+        known = {r.number: r for r in view.records}
+        for number in trials or []:
+            if number not in known or not known[number].config:
+                raise NotFoundError(
+                    f"job {job_id} has no trial {number} with a config; "
+                    f"its trials: 0..{len(view.records) - 1}",
+                    field="trial",
+                )
+        verify_finished(self.ctx, view.job, trials, stop_requested, launch)
+        return self.get_job(job_id)
 
     def pareto(self, job_id: str) -> tuple[JobSpec, list[TrialRecord], dict[int, Runs]]:
         """The job's spec, its Pareto front and the front's runs (median, spread, n)."""
         view = self.get_job(job_id)
         return view.spec, front(view.spec, view.records), view.runs
 
-    def best_trial(self, job_id: str, max_peak_memory_gib: float | None) -> tuple[TrialRecord, Runs | None]:
-        """The winner (see ``autotuner.summary``) and its runs."""
+    def best_trial(
+        self, job_id: str, max_peak_memory_gib: float | None
+    ) -> tuple[TrialRecord, Runs | None, dict[str, Any] | None]:
+        """The winner (see ``autotuner.summary``), its runs and its verl verdict."""
         view = self.get_job(job_id)
-        chosen = best(view.spec, view.records, max_peak_memory_gib)
+        chosen = best(view.spec, view.records, max_peak_memory_gib, view.verl)
         if chosen is None:
             cap = (
                 f" with peak memory <= {max_peak_memory_gib:g} GiB" if max_peak_memory_gib is not None else ""
@@ -161,7 +207,7 @@ class JobService:
                 f"{sum(1 for r in view.records if r.measured)} trials measured)",
                 field="max_peak_memory_gib" if max_peak_memory_gib is not None else None,
             )
-        return chosen, runs_of(view.records).get(chosen.number)
+        return chosen, runs_of(view.records).get(chosen.number), view.verified.get(chosen.number)
 
     def trial(self, job_id: str, number: int) -> tuple[JobView, TrialRecord]:
         view = self.get_job(job_id)
@@ -185,6 +231,9 @@ class JobService:
         runs = runs_of(view.records).get(rec.number)
         if runs is not None and runs.n >= 2:
             header["throughput"] = runs.describe()
+        verdict = view.verl.get(rec.number)
+        if verdict is not None:
+            header["verl"] = f"{verdict.describe()} on {verdict.device() or 'unknown device'}"
         header["verl check"] = self._verl_check(view.spec, rec.config)
         stem = f"{view.job.name}-trial{rec.number}"
         if fmt == "yaml":
@@ -237,7 +286,8 @@ class JobService:
         spec = read_stored_spec(job.spec_json)
         records, attrs = self._study(job.study_name)
         cap = spec.cluster.device_memory_gib
-        return JobView(job, spec, records, cap if cap is not None else attrs.get(MEMORY_CAP))
+        verl = stored_verdicts(VerlRunStore(self.ctx.database), job.id)
+        return JobView(job, spec, records, cap if cap is not None else attrs.get(MEMORY_CAP), verl)
 
     def _storage(self) -> optuna.storages.RDBStorage:
         with self._lock:

@@ -24,6 +24,7 @@ from autotuner.jobs import build_space, check_capacity, resolve_device
 from autotuner.knobs import KNOBS
 from autotuner.settings import Settings
 from autotuner.spec import JobSpec
+from autotuner.verification import check_verification
 from autotuner.yamlload import load_spec_yaml
 
 log = logging.getLogger(__name__)
@@ -210,7 +211,9 @@ def validate_job(document: Any, settings: Settings) -> JobSpec:
     spec = _within_models_dir(spec, settings.models_dir)
     search_keys = list(spec.search)
     try:
-        space = build_space(spec, resolve_device(spec), settings)
+        device = resolve_device(spec)
+        check_verification(spec, device)
+        space = build_space(spec, device, settings)
         check_capacity(spec, space, settings)
     except SpecError as exc:
         # The model was looked up at its place on the server: name it as the client did.

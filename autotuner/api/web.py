@@ -141,9 +141,9 @@ def job_page(request: Request, job_id: str) -> Response:
             "job": _public(request, view),
             "view": view,
             "pareto": pareto,
-            "table": trials_table(view.records, {r.number for r in pareto}),
+            "table": trials_table(view.records, {r.number for r in pareto}, view.verified),
             "figure": figure(view.spec, view.records, pareto, cap),
-            "summary": summarize(view.spec, view.records, view.job.stop_reason or ""),
+            "summary": summarize(view.spec, view.records, view.job.stop_reason or "", view.verl),
             "spec_yaml": yaml.safe_dump(json.loads(view.job.spec_json), sort_keys=False),
             "active": view.job.status in ACTIVE,
         },
@@ -189,7 +189,9 @@ def _render(
 
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(view.job, url, view.records, view.best, spec=view.spec)
+    return JobPublic.of(
+        view.job, url, view.records, view.best, spec=view.spec, picked_by=view.picked_by, verl=view.verified
+    )
 
 
 # --------------------------------------------------------------------------- formatting
@@ -277,6 +279,7 @@ class Row:
     trial: TrialRecord
     pareto: bool
     cells: list[tuple[str, str]] = field(default_factory=list)  # (text, data-sort)
+    verl: dict[str, Any] | None = None  # what verl measured, if verified (``VerlPublic``'s fields)
 
 
 @dataclass
@@ -303,9 +306,13 @@ def runs_cells(runs: Runs | None) -> list[tuple[str, Any]]:
     return [(fmt(v), sort_key(v)) for v in values]
 
 
-def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTable:
+def trials_table(
+    recs: list[TrialRecord], pareto_numbers: set[int], verified: dict[int, dict[str, Any]] | None = None
+) -> TrialsTable:
     """Every trial, with every metric it measured and every knob that differs between trials
-    (the knobs all trials share are listed once, beside the table)."""
+    (the knobs all trials share are listed once, beside the table); with ``verified`` (the
+    job's verl verdicts), verl's median throughput and the trial's error against it."""
+    verified = verified or {}
     knobs = list(dict.fromkeys(k for r in recs for k in r.config))
     varying = [k for k in knobs if len({json.dumps(r.config.get(k), sort_keys=True) for r in recs}) > 1]
     fixed = {k: recs[0].config.get(k) for k in knobs if k not in varying} if recs else {}
@@ -331,6 +338,21 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
             ),
             Column("e:peak", "prediction error GiB", "measured minus predicted peak", True),
         ]
+    if verified:
+        columns += [
+            Column(
+                "v:throughput",
+                "verl tokens/s/GPU",
+                "verl's own perf/throughput for this config: the median of its runs in verl",
+                True,
+            ),
+            Column(
+                "v:error",
+                "verl prediction error %",
+                "the trial's step throughput minus verl's, in percent of verl's",
+                True,
+            ),
+        ]
     columns += [
         Column("wall_s", "wall time s", "wall-clock time of the whole trial, in seconds", True),
         Column("error", "error", "why it failed, or why it was not run", False),
@@ -338,7 +360,7 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
     rows = []
     runs = runs_of(recs)
     for r in recs:
-        row = Row(r, r.number in pareto_numbers)
+        row = Row(r, r.number in pareto_numbers, verl=verified.get(r.number))
         row.cells.append((r.status, r.status))
         row.cells += [(fmt(r.metrics.get(m)), sort_key(r.metrics.get(m))) for m in headline]
         row.cells += [(fmt(r.config.get(k)), sort_key(r.config.get(k))) for k in varying]
@@ -347,6 +369,13 @@ def trials_table(recs: list[TrialRecord], pareto_numbers: set[int]) -> TrialsTab
         if predicted:
             for value in (r.predicted_memory_gib.get("peak"), r.memory_error_gib.get("peak")):
                 row.cells.append((fmt(value), sort_key(value)))
+        if verified:
+            median = row.verl["throughput_median"] if row.verl else None
+            off = row.verl["prediction_error_pct"].get("throughput") if row.verl else None
+            row.cells.append(
+                (fmt(median) if median is not None else (row.verl or {}).get("status", ""), sort_key(median))
+            )
+            row.cells.append(("" if off is None else f"{off:+.1f}", sort_key(off)))
         row.cells.append((fmt(r.wall_s), sort_key(r.wall_s)))
         error = ": ".join(p for p in (r.error_type, r.error_message) if p)
         row.cells.append((error, error))

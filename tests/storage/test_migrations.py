@@ -41,7 +41,7 @@ def test_upgrade_creates_the_jobs_table(database_url: str) -> None:
     assert indexes["ix_jobs_created_at"] == ["created_at"]
     unique = [constraint["column_names"] for constraint in inspector.get_unique_constraints("jobs")]
     assert ["study_name"] in unique and ["idempotency_key"] in unique
-    assert database.current_revision() == head_revision() == "0002"
+    assert database.current_revision() == head_revision() == "0003"
     database.dispose()
 
 

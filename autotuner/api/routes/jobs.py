@@ -57,7 +57,9 @@ Service = Annotated[JobService, Depends(_service)]
 
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(view.job, url, view.records, view.best, spec=view.spec)
+    return JobPublic.of(
+        view.job, url, view.records, view.best, spec=view.spec, picked_by=view.picked_by, verl=view.verified
+    )
 
 
 @router.post(
@@ -128,8 +130,10 @@ def list_trials(
     limit: Limit = 1000,
 ) -> Page[TrialPublic]:
     """Trials in order, with every metric each one measured."""
-    recs, count, runs = service.trials(job_id, status, offset, limit)
-    return Page[TrialPublic](data=[TrialPublic.of(r, runs.get(r.number)) for r in recs], count=count)
+    recs, count, runs, verl = service.trials(job_id, status, offset, limit)
+    return Page[TrialPublic](
+        data=[TrialPublic.of(r, runs.get(r.number), verl.get(r.number)) for r in recs], count=count
+    )
 
 
 @router.get("/{job_id}/pareto", response_model=ParetoPublic)
@@ -165,7 +169,7 @@ def best_trial(
 def get_trial(job_id: JobId, number: TrialNumber, service: Service) -> TrialPublic:
     """One trial."""
     view, rec = service.trial(job_id, number)
-    return TrialPublic.of(rec, view.runs.get(rec.number))
+    return TrialPublic.of(rec, view.runs.get(rec.number), view.verified.get(rec.number))
 
 
 @router.get(
