@@ -76,3 +76,19 @@ def drawn(spec: TrialSpec) -> TrialSpec:
         train_prompt_lengths=prompts[: b.train_sequences],
         train_response_lengths=responses[: b.train_sequences],
     )
+
+
+def steps_lengths(b: BatchDraw, steps: int) -> tuple[list[int], list[list[int]]]:
+    """``steps`` batches of the job, one after another from the one generator (the first is
+    the batch every trial is measured on): each prompt's length and its ``n`` response
+    lengths, for verl's step runner."""
+    rng = np.random.default_rng(b.seed)
+    n = b.samples_per_prompt
+    prompts: list[int] = []
+    responses: list[list[int]] = []
+    for _ in range(steps):
+        step_prompts = draw_lengths(b.prompt_length, b.prompts, rng, b.max_prompt_length)
+        step_responses = draw_lengths(b.response_length, b.prompts * n, rng, b.max_response_length)
+        prompts += step_prompts
+        responses += [step_responses[i * n : (i + 1) * n] for i in range(b.prompts)]
+    return prompts, responses

@@ -14,13 +14,17 @@ from verl_helpers import DEMO, GPU_JOBS, ROOT, job_run_spec, preflight, verl_pyt
 
 from trials.verl.checkpoint import NEWLINE_ID, checkpoint_dir, tokenizer_dir
 from trials.verl.overrides import RunnerKeyConflict, RunPaths, runner_overrides
+from trials.verl.runner import drawn
 
 pytestmark = pytest.mark.slow
 
 
 def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Path) -> None:
-    spec, run = job_run_spec(DEMO, "demo-defaults")
-    [report] = preflight([run], tmp_path, tmp_path / "cache")
+    spec, sent = job_run_spec(DEMO, "demo-defaults")
+    # The service sends the distributions and seed, no list per request; the runner draws.
+    assert sent.batch is not None and sent.prompt_lengths == [] and sent.response_lengths == []
+    run = drawn(sent)
+    [report] = preflight([sent], tmp_path, tmp_path / "cache")
     assert "error" not in report, report
     assert report["typed_configs"] == {
         "model": "HFModelConfig",
@@ -65,7 +69,7 @@ def test_every_gpu_job_spec_passes_verl(tmp_path: Path) -> None:
     reports = preflight(runs, tmp_path, tmp_path / "cache", config_only=True)
     for path, run, report in zip(GPU_JOBS, runs, reports, strict=True):
         assert "error" not in report, f"{path.name}: {report}"
-        assert report["dataset_prompt_tokens"] == run.prompt_lengths, path.name
+        assert report["dataset_prompt_tokens"] == drawn(run).prompt_lengths, path.name
         assert report["config"]["rollout.name"] in ("vllm", "sglang")
 
 
@@ -100,3 +104,27 @@ def test_verl_env_is_its_own() -> None:
 
     assert transformers.__version__ != verl_transformers
     assert sys.executable != python
+
+
+def test_the_runner_draws_each_step_as_the_jobs_seed_gives_it() -> None:
+    """Step after step from the job's seed: the first step's batch is the one every trial of
+    the job is measured on (``trialspec.batch_draw``), the next ones follow from the same
+    generator."""
+    import numpy as np
+
+    from autotuner.spec import load_job_spec
+    from trials.lengths import step_lengths
+
+    spec = load_job_spec(GPU_JOBS[0])
+    _, run = job_run_spec(GPU_JOBS[0], "draw")
+    full = drawn(run)
+    w = spec.workload
+    assert len(full.prompt_lengths) == w.train_batch_size * run.steps
+    trial_prompts, trial_responses = step_lengths(run.batch)  # what a trial of the job draws
+    assert [p for p in full.prompt_lengths[: w.train_batch_size] for _ in range(w.n)] == trial_prompts
+    assert [x for r in full.response_lengths[: w.train_batch_size] for x in r] == trial_responses
+    rng = np.random.default_rng(spec.seed)
+    for _ in range(run.steps):  # the job spec's own draw, step after step
+        prompts = w.prompt_length.draw(w.train_batch_size, rng, w.max_prompt_length)
+        w.response_length.draw(w.train_batch_size * w.n, rng, w.max_response_length)
+    assert full.prompt_lengths[-w.train_batch_size :] == [int(p) for p in prompts]

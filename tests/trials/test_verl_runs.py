@@ -157,6 +157,8 @@ def test_two_verl_steps_of_a_small_model(tmp_path: Path) -> None:
     assert "timing_s/update_weights" in result.steps[1]
     assert result.versions["verl"].startswith("0.9.") and "torch" in result.versions
     # Each response had the length drawn for it (ignore_eos): the mean matches the draw.
-    drawn = [x for r in run.response_lengths[: job.workload.train_batch_size] for x in r]
-    assert abs(result.steps[0]["response_length/mean"] - sum(drawn) / len(drawn)) < 1e-6
+    from trials.verl.runner import drawn
+
+    first = [x for r in drawn(run).response_lengths[: job.workload.train_batch_size] for x in r]
+    assert abs(result.steps[0]["response_length/mean"] - sum(first) / len(first)) < 1e-6
     assert json.loads(result.to_json())["run_id"] == "two-steps"

@@ -16,6 +16,7 @@ tuner's), and ``ray_kwargs.ray_init`` gives it its own temp folder and no dashbo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import subprocess
@@ -27,6 +28,7 @@ from typing import Any
 
 from trials.failures import OOM, match_text
 from trials.launcher import log_tail
+from trials.lengths import steps_lengths
 from trials.verl.checkpoint import checkpoint_dir, ensure_checkpoint, tokenizer_dir
 from trials.verl.dataset import write_dataset
 from trials.verl.metrics import read_steps, summarize
@@ -44,9 +46,18 @@ PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 VERSIONED = ("verl", "torch", "transformers", "vllm", "sglang", "ray", "tensordict", "flash-attn")
 
 
+def drawn(spec: VerlRunSpec) -> VerlRunSpec:
+    """``spec`` with every step's lengths drawn from ``spec.batch`` (unchanged without one)."""
+    if spec.batch is None:
+        return spec
+    prompts, responses = steps_lengths(spec.batch, spec.steps)
+    return dataclasses.replace(spec, batch=None, prompt_lengths=prompts, response_lengths=responses)
+
+
 def prepare(spec: VerlRunSpec, paths: RunPaths, weights: bool = True) -> list[str]:
     """Write the run's files; the full override list (``weights=False``: a checkpoint of
     config and tokenizer only, enough for verl's checks of the config)."""
+    spec = drawn(spec)
     if spec.steps < spec.warmup_steps + 1:
         raise ValueError(f"steps ({spec.steps}) must exceed warmup_steps ({spec.warmup_steps})")
     need = spec.train_batch_size * spec.steps

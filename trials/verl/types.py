@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trials.types import JsonData
+from trials.types import BatchDraw, JsonData
 
 VerlRunStatus = Literal["ok", "oom", "error", "timeout"]
 # The name the runner's agent loop (``trials.verl.agent_loop``) is registered under in verl.
@@ -55,7 +55,8 @@ class VerlRunSpec(JsonData):
     runner owns (model path, data files, reward, trainer, agent loop) must not be among
     them. ``prompt_lengths`` has one entry per prompt of every step (``train_batch_size *
     steps``, in step order); ``response_lengths[i]`` the ``n`` response lengths of prompt
-    ``i``, each request's ``max_tokens`` (generated with ``ignore_eos``).
+    ``i``, each request's ``max_tokens`` (generated with ``ignore_eos``). The control plane
+    sends ``batch`` instead of the lists, so it never holds a list per request.
     """
 
     run_id: str
@@ -66,6 +67,9 @@ class VerlRunSpec(JsonData):
     response_lengths: list[list[int]]
     train_batch_size: int
     n: int
+    # The job's distributions, caps and seed: with it, the runner draws the lengths of every
+    # step itself (``trials.verl.lengths``) and the lists above stay empty.
+    batch: BatchDraw | None = None
     dtype: str = "bfloat16"
     device: Literal["cuda", "cpu"] = "cuda"
     steps: int = 4
@@ -73,6 +77,11 @@ class VerlRunSpec(JsonData):
     # verl's advantage estimator; GRPO needs no critic, which the tuner's trials do not model.
     adv_estimator: str = "grpo"
     seed: int = 0
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VerlRunSpec:
+        batch = data.get("batch")
+        return cls(**(data | {"batch": BatchDraw(**batch) if isinstance(batch, dict) else batch}))
 
 
 @dataclass
