@@ -4,8 +4,10 @@ The winner is noise-aware once finalists were re-measured (``StudyRunner._remeas
 each trial is scored by the median throughput of its runs (a failed re-run counts as 0),
 and the re-measured finalists whose median is within the tie band of the best median (the
 job's noise, measured on its baselines' repeats, or ``budget.noise_band_pct``, or the best's
-own spread, whichever is largest: ``autotuner.noise``) tie; of those, the one with the least
-peak memory wins. Its median, spread and run count go wherever the winner is shown, and its
+own spread, whichever is largest: ``autotuner.noise``) tie. The winner is the best median,
+or, among the finalists within ``budget.noise_band_pct`` (or the best's own spread) of it,
+the one with the least peak memory: a wide measured noise makes more trials tie, it does
+not hand the win to a slower config. Its median, spread and run count go wherever the winner is shown, and its
 gain over each baseline is a tie when it is inside the band. A job without re-measurements
 picks the fastest trial.
 Once verl itself measured trials (``autotuner.verification``) and at least one run
@@ -126,9 +128,13 @@ def choose(
     top = max(candidates, key=lambda c: (c.median, -c.trial.number))
     if top.n < 2:
         return top, []
+    # Memory decides only within the band the user is indifferent to (or the best's own
+    # spread): a wide measured noise makes more trials tie, not a slower one the winner.
+    pick_band = max(spec.budget.noise_band_pct, top.spread_pct or 0.0) / 100.0
+    close = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - pick_band)]
+    winner = min(close, key=lambda c: (c.peak_gib, -c.median, c.trial.number))
     band = tie_band_pct(noise_of(spec, recs), top.spread_pct) / 100.0
     tied = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - band)]
-    winner = min(tied, key=lambda c: (c.peak_gib, -c.median, c.trial.number))
     return winner, sorted(c.trial.number for c in tied if c is not winner)
 
 

@@ -35,7 +35,13 @@ JOB = {
     },
     "cluster": {"device": "cpu"},
     # verl's defaults and one proposal, launched together: one per node.
-    "budget": {"max_trials": 2, "max_concurrent_trials": 2, "trial_timeout_s": 180, "remeasure_finalists": 0},
+    "budget": {
+        "max_trials": 2,
+        "max_concurrent_trials": 2,
+        "trial_timeout_s": 180,
+        "remeasure_finalists": 0,
+        "baseline_runs": 1,
+    },
     "sampler": "random",
 }
 

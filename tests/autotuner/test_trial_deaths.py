@@ -249,7 +249,7 @@ def test_a_killed_engine_process_is_an_error_naming_it(tmp_path, ray_local, tria
         },
         "cluster": {"device": "cpu", "device_memory_gib": 2},
         "search": {R + "enforce_eager": True, R + "max_num_seqs": [4, 8]},
-        "budget": {"max_trials": 2, "trial_timeout_s": 300},
+        "budget": {"max_trials": 2, "trial_timeout_s": 300, "baseline_runs": 1},
         "sampler": "random",
         "seed": 0,
     }
