@@ -269,7 +269,7 @@ def test_a_rollout_and_train_job_with_real_vllm(api) -> None:
             "actor_rollout_ref.rollout.max_num_seqs": [8, 16],
             A + "use_dynamic_bsz": False,
         },
-        "budget": {"max_trials": 2, "trial_timeout_s": 240},
+        "budget": {"max_trials": 2, "trial_timeout_s": 240, "baseline_runs": 1},  # noise: the train job
         "sampler": "random",
     }
     job_id = submit(api, job)

@@ -39,7 +39,7 @@ E2E_JOB: dict[str, Any] = {
         "use_kl_loss": False,
     },
     "cluster": {"device": "cpu"},
-    "budget": {"max_trials": 3, "trial_timeout_s": 120},
+    "budget": {"max_trials": 3, "trial_timeout_s": 120, "baseline_runs": 1},  # noise: test_noise_shown
     "sampler": "random",
 }
 
