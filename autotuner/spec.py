@@ -499,7 +499,8 @@ class Budget(_Model):
         ge=0,
         le=10_000,
         description="Stop early once this many measured trials in a row have not improved the "
-        "Pareto front by more than noise_band_pct (0: never stop early).",
+        "Pareto front by more than the tie band: noise_band_pct, or the noise measured on the "
+        "baselines' repeats once that is larger (0: never stop early).",
     )
     noise_band_pct: float = Field(
         default=2.0,

@@ -4,7 +4,10 @@ A measured trial *improves* the front when no earlier feasible trial covers it: 
 when q is at least as good as p on every objective of the job up to the noise band
 (``q >= p * (1 - band)`` for a maximized objective, ``q <= p * (1 + band)`` for a
 minimized one). Infeasible and failed trials never improve it. A job whose front is
-still empty never stops early (there is nothing to improve on yet).
+still empty never stops early (there is nothing to improve on yet). The band is the job's
+tie band (``autotuner.noise``): ``budget.noise_band_pct`` until a baseline has run twice,
+then the noise measured on the baselines' repeats where that is larger, so a gain inside the
+measured noise does not keep a job searching.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class Patience:
     objectives: Sequence[Objective]
     band: float
     patience: int
+    # Where ``band`` comes from: the floor the budget assumes until a baseline has run twice,
+    # then the noise measured on the baselines' repeats where that is larger.
+    band_source: str = "assumed: budget.noise_band_pct"
     feasible: list[TrialRecord] = field(default_factory=list)
     since_improvement: int = 0
 
@@ -64,6 +70,7 @@ class Patience:
     def reason(self) -> str:
         return (
             f"stopped early: the Pareto front has not improved beyond the "
-            f"{100 * self.band:g}% noise band in the last {self.since_improvement} measured "
+            f"{100 * self.band:.3g}% noise band ({self.band_source}) in the last "
+            f"{self.since_improvement} measured "
             f"trials (budget.patience_trials = {self.patience})"
         )

@@ -78,6 +78,7 @@ from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.stop import StopKind, StopReason
 from autotuner.stopping import Patience
+from autotuner.summary import noise_of
 from autotuner.telling import Teller
 from autotuner.trialspec import build_trial_spec, trial_gpus
 from trials.types import TrialResult, TrialSpec
@@ -266,6 +267,15 @@ class StudyRunner:
         self._state.ran.append(rec)
         if rec.repeat_of is None:
             self._feasibility.add(rec)
+        if rec.repeat_of is not None and any(
+            r.baseline and r.number == rec.repeat_of for r in self._state.ran
+        ):
+            # A baseline ran again: the job's noise is measured (or moved), and the front must
+            # improve beyond it to count (``autotuner.noise``: the floor if that is larger).
+            noise = noise_of(self.spec, self._state.ran)
+            self._patience.band = noise.band_pct / 100
+            if noise.measured_pct is not None and noise.measured_pct > noise.floor_pct:
+                self._patience.band_source = f"measured on {noise.runs} runs of {noise.baselines} baseline(s)"
         if rec.measured:
             self._patience.add(rec)
         if self.memory_model is not None:

@@ -141,6 +141,7 @@ def job_page(request: Request, job_id: str) -> Response:
             "job": _public(request, view),
             "view": view,
             "pareto": pareto,
+            "pareto_runs": runs_of(view.records),
             "table": trials_table(view.records, {r.number for r in pareto}, view.verified),
             "figure": figure(view.spec, view.records, pareto, cap),
             "summary": summarize(view.spec, view.records, view.job.stop_reason or "", view.verl),

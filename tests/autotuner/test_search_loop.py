@@ -236,3 +236,40 @@ def test_baselines_run_first_mid_job_and_last_and_their_spread_is_the_noise(land
     again.spec.baselines.update(job_baselines)
     again.run()
     assert executor2.history == []
+
+
+def test_once_a_baseline_ran_twice_the_patience_band_is_the_measured_noise(landscape, tmp_path) -> None:
+    """A job whose baselines' repeats spread wider than the assumed floor stops early on the
+    measured band: a gain inside the noise does not keep it searching."""
+    throughput = "throughput_tokens_per_s_per_gpu"
+    ok = [p for p in landscape.points if all(r.status == "ok" for r in p.runs)]
+    slowest = min(ok, key=lambda p: sum(r.metrics[throughput] for r in p.runs))
+    runner, study, _ = _runner(
+        landscape,
+        tmp_path,
+        objectives=[{"metric": throughput}],
+        patience_trials=5,
+        noise_band_pct=0.5,
+        max_trials=8,
+    )
+    runner.spec.baselines.update({"slowest": slowest.config})
+    runner.enqueue_baseline()
+    summary = runner.run()
+    recs = records(study)
+    baselines = [r for r in recs if r.baseline and r.repeat_of is None]
+    assert len(baselines) == 2
+    # The band when the job stopped: the baselines' first two runs (the end-of-job runs follow).
+    pairs = [
+        [
+            r.metric(throughput)
+            for r in sorted(recs, key=lambda r: r.number)
+            if base.number in (r.number, r.repeat_of)
+        ][:2]
+        for base in baselines
+    ]
+    band = sum((max(p) - min(p)) / (sum(p) / 2) for p in pairs) / len(pairs) * 100
+    assert band > 0.5
+    assert summary.stop_reason.startswith(
+        f"stopped early: the Pareto front has not improved beyond the {band:.3g}% noise band "
+        "(measured on 4 runs of 2 baseline(s)) in the last 5 measured trials"
+    ), summary.stop_reason

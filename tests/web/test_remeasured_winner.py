@@ -9,6 +9,7 @@ from pathlib import Path
 import optuna
 from fastapi.testclient import TestClient
 
+from autotuner.api.web import fmt
 from autotuner.memory import MemoryModel
 from autotuner.replay import Landscape, ReplayExecutor
 from autotuner.space import SearchSpace
@@ -58,5 +59,12 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     assert "median of 3 runs" in exported and f"spread {winner.spread_pct:.1f}%" in exported
     page = client.get(f"/jobs/{job.id}").text
     assert f"(median of 3 runs, spread {winner.spread_pct:.1f}%)" in page
+    # The Pareto table gives each front trial's median, spread and n too.
+    table = page[page.index('id="pareto-table"') : page.index("</table>", page.index('id="pareto-table"'))]
+    row = table[table.index(f'data-trial="{summary.best}"') :].split("</tr>")[0]
+    assert f"(median of 3, spread {winner.spread_pct:.1f}%)" in row
+    assert f">{fmt(winner.median)} <" in row, row
+    others = [r for r in table.split("<tr data-trial=")[1:] if f'"{summary.best}"' not in r[:8]]
+    assert all("(1 run)" in r or "(median of 3" in r for r in others)
     assert f"re-run of #{summary.best}" in page and "predicted peak GiB" in page
     assert "memory model" in page
