@@ -48,7 +48,8 @@ TRAIN_JOB: dict[str, Any] = {
         R + "log_prob_micro_batch_size_per_gpu": [1, 2, 4],
         "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
     },
-    "budget": {"max_trials": 4, "trial_timeout_s": 120},
+    # One run per baseline: these jobs test the service, not the noise (tests/web/test_noise_shown.py).
+    "budget": {"max_trials": 4, "trial_timeout_s": 120, "baseline_runs": 1},
     "sampler": "random",
 }
 

@@ -53,7 +53,7 @@ def test_a_job_survives_kill_9_and_a_clean_shutdown(tmp_path) -> None:
     first = new_server("first").start()
     try:
         with first.client() as api:
-            job_id = submit(api, train_job(name="survivor", budget={"max_trials": 4}))
+            job_id = submit(api, train_job(name="survivor", budget={"max_trials": 4, "baseline_runs": 3}))
         seen = _wait_mid_trial(first, job_id, 1)
     finally:
         first.kill()

@@ -46,7 +46,8 @@ MID_MODEL = {
 }
 
 
-def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials):
+def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials, lengths=(64, 256)):
+    prompt, response = lengths
     model = tmp_path / "mid" / "config.json"
     model.parent.mkdir(parents=True, exist_ok=True)
     model.write_text(json.dumps(MID_MODEL))
@@ -57,10 +58,10 @@ def _train_only_job(tmp_path, micro_choices, cap_gib, max_trials):
                 "model": str(model),
                 "dtype": "float32",
                 "phases": "train",
-                "prompt_length": {"kind": "fixed", "value": 64},
-                "response_length": {"kind": "fixed", "value": 256},
-                "max_prompt_length": 64,
-                "max_response_length": 256,
+                "prompt_length": {"kind": "fixed", "value": prompt},
+                "response_length": {"kind": "fixed", "value": response},
+                "max_prompt_length": prompt,
+                "max_response_length": response,
                 "train_batch_size": 32,
                 "n": 1,
                 "ppo_mini_batch_size": 32,
@@ -155,7 +156,7 @@ def test_a_killed_study_resumes_without_repeating_finished_trials(tmp_path, cli_
             },
             "cluster": {"device": "cpu"},
             "search": {A + "use_dynamic_bsz": False},
-            "budget": {"max_trials": 4, "trial_timeout_s": 120},
+            "budget": {"max_trials": 4, "trial_timeout_s": 120, "baseline_runs": 1},
             "sampler": "random",
         },
     )
@@ -305,7 +306,7 @@ def test_a_real_job_runs_its_baselines_first_mid_job_and_last_and_measures_its_n
     spread of those three runs."""
     from autotuner.summary import runs_of, summarize
 
-    spec = _train_only_job(tmp_path, [1, 2, 4], cap_gib=8, max_trials=2)
+    spec = _train_only_job(tmp_path, [1, 2, 4], cap_gib=8, max_trials=2, lengths=(32, 64))
     space = SearchSpace.build(spec, spec.validate_model(), "cpu")
     study = open_study(spec, "noise", f"sqlite:///{tmp_path / 'db.sqlite'}")
     runner = StudyRunner(spec, study, space, RayExecutor(), "cpu", memory_cap_gib=8, cpus_per_trial=2)
