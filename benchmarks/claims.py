@@ -1,14 +1,16 @@
-"""The figures of benchmarks/README.md, generated from the data files they come from.
+"""The measured figures of the project's documents, generated from the data files they come from.
 
-usage: python -m benchmarks.claims            # rewrite the README's generated parts
-       python -m benchmarks.claims --check    # exit 1, naming the parts, if the README differs
-       python -m benchmarks.claims --sources  # every generated line with its data file(s)
+usage: python -m benchmarks.claims            # rewrite the documents' generated parts
+       python -m benchmarks.claims --check    # exit 1, naming the document and parts that differ
+       python -m benchmarks.claims --sources  # every generated line with its document(s) and data file(s)
 
-A generated part of the README sits between ``<!-- claims:NAME -->`` and
-``<!-- /claims:NAME -->``; the text outside the markers is written by hand and kept as it is.
-Each part is one function below that returns its lines, each line with the data files (and
-trials) its figures come from; ``CLAIMS`` lists them. A new table is one more function and
-one more row of ``CLAIMS``, then its markers in the README and a run of this script.
+The documents are ``DOCUMENTS``: the top README.md, benchmarks/README.md and
+benchmarks/search/README.md. A generated part sits between ``<!-- claims:NAME -->`` and
+``<!-- /claims:NAME -->`` in any of them (the same part may sit in several); the text outside
+the markers is written by hand and kept as it is, and carries no measured figure. Each part is
+one function below that returns its lines, each line with the data files (and trials) its
+figures come from, paths under benchmarks/; ``CLAIMS`` lists them. A new figure is one more
+function and one more row of ``CLAIMS``, then its markers in a document and a run of this script.
 
 Comparisons follow ``autotuner.noise``: a difference inside the noise is a tie, and a gap
 between single runs of a job that measured no noise is no claim. Figures measured before the
@@ -22,7 +24,7 @@ import json
 import re
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -32,7 +34,10 @@ from autotuner.noise import Verdict, compare, spread_pct
 from benchmarks.gpu import report
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
 README = HERE / "README.md"
+# The documents whose generated parts this script writes; a part may sit in any of them.
+DOCUMENTS = (ROOT / "README.md", README, HERE / "search" / "README.md")
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 PACKED = "actor_rollout_ref.model.use_remove_padding"
 PACKED_SINCE = "2026-11-24"
@@ -124,7 +129,7 @@ def f1(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-def table(header: list[str], rows: list[tuple[list[str], tuple[str, ...]]]) -> list[Line]:
+def table(header: list[str], rows: Sequence[tuple[list[str], tuple[str, ...]]]) -> list[Line]:
     """A Markdown table, each row with its sources (the header with all of them)."""
     every = tuple(dict.fromkeys(source for _, sources in rows for source in sources))
     out = [Line("| " + " | ".join(header) + " |", every), Line("|" + "---|" * len(header))]
@@ -479,15 +484,21 @@ SGLANG = "results/qwen2.5-1.5b-grpo-sglang-fixed-h200.json"
 LANDSCAPE = "search/landscapes/qwen2.5-1.5b-h200.json"
 
 
+def engine_pairs() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The baselines both engine jobs measured ok: (name, vLLM's trial, SGLang's trial)."""
+    pairs = []
+    for name in (t["baseline"] for t in measured(TWIN) if t["baseline"]):
+        v, s = baseline(TWIN, name), baseline(SGLANG, name)
+        if v is not None and s is not None and v["status"] == s["status"] == "ok":
+            pairs.append((name, v, s))
+    return pairs
+
+
 def engines_same_configs() -> list[Line]:
     """The baselines both engine jobs measured, side by side."""
     rows = []
     band = defaults_spread_pct()
-    names = [t["baseline"] for t in measured(TWIN) if t["baseline"]]
-    for name in names:
-        v, s = baseline(TWIN, name), baseline(SGLANG, name)
-        if v is None or s is None or v["status"] != "ok" or s["status"] != "ok":
-            continue
+    for name, v, s in engine_pairs():
         a, b = v["metrics"][THROUGHPUT], s["metrics"][THROUGHPUT]
         rows.append(
             (
@@ -524,14 +535,7 @@ def startups(rel: str) -> list[float]:
 def engines_headline() -> list[Line]:
     """Engine start-up medians, and each engine's best on the workload."""
     vs, ss = startups(TWIN), startups(SGLANG)
-    best_v = load(LANDSCAPE)
-    points = [
-        (run["metrics"][THROUGHPUT], i)
-        for i, point in enumerate(best_v["points"])
-        for run in point["runs"][:1]
-        if run["status"] == "ok"
-    ]
-    top_v, top_i = max(points)
+    top_v, top_i = landscape_best(LANDSCAPE)
     sg = [t for t in measured(SGLANG) if t["status"] == "ok"]
     top_s = max(sg, key=lambda t: t["metrics"][THROUGHPUT])
     band = defaults_spread_pct()
@@ -580,10 +584,9 @@ def search_compare() -> list[Line]:
         "best found at 25% of the grid's cost",
         "GPU-s in all",
     ]
-    packed = any(p["config"].get(PACKED) for p in load(LANDSCAPE)["points"])
     stale = (
         []
-        if packed
+        if packed_landscape(LANDSCAPE)
         else [
             Line(
                 f"*Obsolete: the landscape was measured before the packed-sequence layout ({PACKED_SINCE}); "
@@ -624,7 +627,9 @@ def verl_runs(config: str, kind: str, run: str = "run_b") -> list[dict[str, Any]
     """The ok runs of ``config`` of one kind (``trial``/``verl``); verl's defaults ran in
     ``run_a`` only."""
     doc = load(VERL_COMPARE)
-    found = [r for r in doc[run]["runs"] if r["config"] == config and r["kind"] == kind and r["status"] == "ok"]
+    found = [
+        r for r in doc[run]["runs"] if r["config"] == config and r["kind"] == kind and r["status"] == "ok"
+    ]
     if not found and kind == "verl" and run == "run_b":
         return verl_runs(config, kind, "run_a")
     return found
@@ -667,7 +672,10 @@ def verl_compare() -> list[Line]:
 
 def verl_compare_headline() -> list[Line]:
     """What verl measured, and whether the trial ranks the configs as verl does."""
-    medians = {c: statistics.median(s["perf/throughput"] for s in verl_steps(c)) for c in ("defaults", "example", "winner")}
+    medians = {
+        c: statistics.median(s["perf/throughput"] for s in verl_steps(c))
+        for c in ("defaults", "example", "winner")
+    }
     spreads = [spread_pct([s["perf/throughput"] for s in verl_steps(c)]) or 0.0 for c in medians]
     band = max(spreads)
     trial = {c: verl_runs(c, "trial")[0]["throughput"] for c in medians}
@@ -702,6 +710,341 @@ def verl_compare_headline() -> list[Line]:
     ]
 
 
+# ----------------------------------------------------------------------------- the top README
+
+JOB_7B = "results/qwen2-7b-grpo-8gpu-h200.json"
+DYNAMIC = "actor_rollout_ref.actor.use_dynamic_bsz"
+MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def packed_job_top() -> list[Line]:
+    """The packed-layout job in the top README: verl's two baselines and the first proposal."""
+    job = job_of(PACKED_JOB)
+    example, defaults = baseline(PACKED_JOB, "verl-v0.9-example"), baseline(PACKED_JOB, DEFAULTS)
+    first = next(t for t in measured(PACKED_JOB) if not t["baseline"] and t["status"] == "ok")
+    if example is None or defaults is None:
+        return []
+    a, b = first["metrics"][THROUGHPUT], example["metrics"][THROUGHPUT]
+    timeout = job["spec"]["budget"]["trial_timeout_s"]
+    did = (
+        f"did not finish one step within the {timeout:g} s trial deadline ({defaults['status']} in "
+        f"{defaults['phase']})"
+        if defaults["status"] != "ok"
+        else f"ran at {defaults['metrics'][THROUGHPUT]:.0f} (one run)"
+    )
+    layout = (
+        "dynamic batches"
+        if defaults["config"].get(DYNAMIC)
+        else f"static micro-batches of {defaults['config'].get(MICRO_BATCH)}"
+    )
+    return [
+        Line(
+            f"Measured on one {first['device']} on {job['started_at'][:10]} with packed micro-batches, "
+            "flash-attention and the weight sync (`benchmarks/README.md`, data in "
+            f"`benchmarks/{PACKED_JOB}`): for Qwen2.5-1.5B, verl's example command's knobs ran at "
+            f"{b:.0f} tokens/s/GPU (one run); verl's defaults ({layout}) {did}; the tuner's first "
+            f"proposal reached {a:.0f} (one run): {versus_single_runs(a, b, None)}.",
+            src(PACKED_JOB, example["number"], defaults["number"], first["number"]),
+        )
+    ]
+
+
+def padded_figures() -> list[Line]:
+    """What the top README says of the figures measured before the packed layout."""
+    b = baseline(JOB_7B, DEFAULTS)
+    ok = [t for t in measured(JOB_7B) if t["status"] == "ok"]
+    if b is None or b["status"] != "ok" or not ok or not obsolete(JOB_7B):
+        return []
+    top = max(ok, key=lambda t: t["metrics"][THROUGHPUT])
+    a = top["metrics"][THROUGHPUT]
+    return [
+        Line(
+            f"Figures measured before {PACKED_SINCE} (the Qwen2-7B job's best config against verl's "
+            f"defaults, {versus_single_runs(a, b['metrics'][THROUGHPUT], None)}; the rollout TP "
+            "comparison) used padded micro-batches, SDPA and sampled micro-batch "
+            "timing, and are kept in `benchmarks/README.md` as such.",
+            src(JOB_7B, top["number"], b["number"]),
+        )
+    ]
+
+
+PROBE_BEFORE = f"{PROBE}/before-fix"
+
+
+def first_pass_slowdown() -> list[Line]:
+    """How much slower the first train pass was than the second with cuDNN attention on (each
+    engine's environment, before any engine started)."""
+    ratios: dict[str, list[float]] = {}
+    rels = []
+    for path in sorted((HERE / PROBE_BEFORE).glob("*.json")):
+        if path.stem.endswith("-spec"):
+            continue
+        rel = f"{PROBE_BEFORE}/{path.name}"
+        first, second = load(rel)["stages"]["no_engine"][:2]
+        rels.append(f"{rel}#stages.no_engine")
+        for phase in ("old_log_prob", "ref_log_prob", "update_actor"):
+            ratios.setdefault(phase, []).append(second["tokens_per_s"][phase] / first["tokens_per_s"][phase])
+    slow = ratios["old_log_prob"] + ratios["update_actor"]
+    return [
+        Line(
+            f"On an H200, with it on, the first train pass's old-log-prob and update ran "
+            f"{span(slow, '.1f')}x slower than the second (the reference pass, which reuses the "
+            f"old-log-prob pass's shapes, {span(ratios['ref_log_prob'], '.1f')}x), in each engine's "
+            f"environment before any engine started (`benchmarks/{PROBE_BEFORE}/`).",
+            tuple(rels),
+        )
+    ]
+
+
+def engines_top() -> list[Line]:
+    """vLLM against SGLang on the same job: equal configs, KV cache at equal gmu, best found."""
+    v0, s0 = baseline(TWIN, DEFAULTS), baseline(SGLANG, DEFAULTS)
+    if not engine_pairs() or v0 is None or s0 is None:
+        return []
+    return obsolete_line(TWIN, SGLANG) + [engines_equal_configs(), engines_kv_cache(v0, s0), engines_best(s0)]
+
+
+def engines_equal_configs() -> Line:
+    band = defaults_spread_pct()
+    pairs = [(v, s) for _, v, s in engine_pairs()]
+    ratios = [v["metrics"][THROUGHPUT] / s["metrics"][THROUGHPUT] for v, s in pairs]
+    verdicts = {compare(v["metrics"][THROUGHPUT], s["metrics"][THROUGHPUT], band or 0.0) for v, s in pairs}
+    word = "all ties" if verdicts == {Verdict.TIE} else "not all ties"
+    rollout = [s["phase_timings_s"]["rollout"] - v["phase_timings_s"]["rollout"] for v, s in pairs]
+    return Line(
+        f"- At equal configs (the {len(pairs)} baselines both jobs ran, one run each), vLLM / SGLang is "
+        f"{span(ratios, '.3f')}x, {word} within the {f1(band)}% run-to-run spread of verl's defaults; "
+        f"SGLang's rollout took {span(rollout, '.1f')} s longer.",
+        tuple(x for v, s in pairs for x in src(TWIN, v["number"]) + src(SGLANG, s["number"]))
+        + tuple(DEFAULTS_RUNS),
+    )
+
+
+def engines_kv_cache(v0: dict[str, Any], s0: dict[str, Any]) -> Line:
+    """The KV cache each engine gets from verl's defaults' gmu."""
+    kv_v, kv_s = v0["metrics"]["kv_cache_tokens"], s0["metrics"]["kv_cache_tokens"]
+    gmu = v0["config"]["actor_rollout_ref.rollout.gpu_memory_utilization"]
+    return Line(
+        f"- At gmu {gmu:g} (verl's defaults), SGLang's `mem_fraction_static` leaves "
+        f"{100 * (1 - kv_s / kv_v):.0f}% fewer KV-cache tokens ({kv_s / 1e6:.2f}M against "
+        f"{kv_v / 1e6:.2f}M).",
+        src(TWIN, v0["number"]) + src(SGLANG, s0["number"]),
+    )
+
+
+def engines_best(s0: dict[str, Any]) -> Line:
+    """SGLang's best against its defaults, and vLLM's best (the landscape's) against it."""
+    band = defaults_spread_pct()
+    top_s = max((t for t in measured(SGLANG) if t["status"] == "ok"), key=lambda t: t["metrics"][THROUGHPUT])
+    best_s, defaults_s = top_s["metrics"][THROUGHPUT], s0["metrics"][THROUGHPUT]
+    top_v, top_i = landscape_best(LANDSCAPE)
+    return Line(
+        f"- SGLang's best found is {best_s:.0f} tok/s/GPU (trial {top_s['number']}, one run); against "
+        f"its verl defaults' {defaults_s:.0f}: {versus_single_runs(best_s, defaults_s, band)}. vLLM's "
+        f"best on the same workload, from the H200 landscape and so from another run, is {top_v:.0f}; "
+        f"against SGLang's best: {versus_single_runs(top_v, best_s, band)}.",
+        src(SGLANG, top_s["number"], s0["number"]) + (f"{LANDSCAPE}#points.{top_i}",) + tuple(DEFAULTS_RUNS),
+    )
+
+
+def verl_compare_top() -> list[Line]:
+    """What verl measured, for the top README: the runs, and verl's verdict on the configs."""
+    doc = load(VERL_COMPARE)
+    configs = sorted(
+        {r["config"] for run in ("run_a", "run_b") for r in doc[run]["runs"] if r["kind"] == "verl"}
+    )
+    steps = {len(r["steps"]) for c in configs for r in verl_runs(c, "verl")}
+    warmups = {r.get("warmup_steps", 1) for c in configs for r in verl_runs(c, "verl")}
+    versions = {r["versions"]["verl"] for c in configs for r in verl_runs(c, "verl") if r.get("versions")}
+    return [
+        Line(
+            f"On {doc['date']} it ran verl {', '.join(sorted(versions))}'s trainer for "
+            f"{'/'.join(map(str, sorted(steps)))} steps ({'/'.join(map(str, sorted(warmups)))} of them a "
+            f"warm-up) of the Qwen2.5-1.5B job for {len(configs)} configs ({doc['device']}), beside the "
+            "tuner's trials of the same configs (`benchmarks/gpu/verl_compare.py`; the table of "
+            "predicted against verl-measured throughput and phase times is in `benchmarks/README.md`, "
+            f"data in `benchmarks/{VERL_COMPARE}`).",
+            (VERL_COMPARE,),
+        ),
+        Line(""),
+        verl_compare_headline()[0],
+    ]
+
+
+LOAD = "load/results/load-vm.json"
+
+
+def load_test() -> list[Line]:
+    """The service under concurrent clients (``load/run.py``)."""
+    doc = load(LOAD)
+    m, jobs = doc["machine"], doc["jobs"]
+    return [
+        Line(
+            f"The service's load on a {m['cpu_count']}-core VM ({m['cpu']}; database: {doc['database']}; "
+            f"{doc['date'][:10]}): {doc['clients']} clients submitting and polling for "
+            f"{doc['duration_s']:.0f} s sent {doc['requests']} requests ({doc['requests_per_s']:.0f}/s) "
+            f"with {doc['errors']} errors, and {doc['lost_jobs']} of the {jobs['submitted']} jobs they "
+            f"submitted were lost (`benchmarks/load/README.md`, data in `benchmarks/{LOAD}`).",
+            (LOAD,),
+        )
+    ]
+
+
+# ----------------------------------------------------------------------------- search/README.md
+
+CPU_LANDSCAPE = "search/landscapes/cpu-train-mid.json"
+CPU_SEARCH = "search/results/cpu-train-mid.json"
+PLAIN = ("grid", "random", "tpe", "nsga2")
+
+
+def span(values: list[float], spec: str) -> str:
+    """``4.2-6.2``, or ``1.0`` where the values round alike."""
+    lo, hi = format(min(values), spec), format(max(values), spec)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def times(counts: list[int]) -> str:
+    words = {1: "once", 2: "twice"}
+    return " or ".join(words.get(n, f"{n} times") for n in counts)
+
+
+def landscape_best(rel: str) -> tuple[float, int]:
+    """The landscape's best first-run throughput and its point's index."""
+    points = load(rel)["points"]
+    return max(
+        (run["metrics"][THROUGHPUT], i)
+        for i, point in enumerate(points)
+        for run in point["runs"][:1]
+        if run["status"] == "ok"
+    )
+
+
+def point_value(point: dict[str, Any]) -> float:
+    """A config's true value as ``search/compare.py`` scores it: the median of its runs, a
+    failed run counting as 0."""
+    return statistics.median(
+        (run["metrics"].get(THROUGHPUT) or 0.0) if run["status"] == "ok" else 0.0 for run in point["runs"]
+    )
+
+
+def next_best_pct(rel: str) -> float:
+    """The landscape's second-best config as a percentage of its best."""
+    values = sorted((point_value(p) for p in load(rel)["points"]), reverse=True)
+    return 100 * values[1] / values[0]
+
+
+def packed_landscape(rel: str) -> bool:
+    """Whether the landscape was measured with the packed-sequence layout."""
+    return any(p["config"].get(PACKED) for p in load(rel)["points"])
+
+
+def landscape_facts(rel: str) -> list[Line]:
+    """What a landscape file holds: when and where it was recorded, its configs and runs."""
+    doc = load(rel)
+    points = doc["points"]
+    runs = [run for point in points for run in point["runs"]]
+    statuses = {s: sum(run["status"] == s for run in runs) for s in dict.fromkeys(r["status"] for r in runs)}
+    repeats = sorted({len(point["runs"]) for point in points})
+    fit = sum(point_value(point) > 0 for point in points)
+    walls = [run["wall_s"] for run in runs if run["status"] == "ok"]
+    top_value, top_i = max((point_value(p), i) for i, p in enumerate(points))
+    cap = f", under a {doc['memory_cap_gib']:g} GiB allocation cap" if doc["device"] == "cpu" else ""
+    return [
+        Line(
+            f"Recorded {doc['recorded_at'][:10]} on {', '.join(doc['measured_on'])}{cap}: "
+            f"{len(points)} configs, each run {times(repeats)}; {fit} fit, {len(points) - fit} did not "
+            f"({', '.join(f'{n} runs {s}' for s, n in statuses.items())}). A run that fit took "
+            f"{statistics.median(walls):.0f} s in the median ({span(walls, '.0f')} s, start-up included).",
+            (rel,),
+        ),
+        Line(
+            f"Best: {top_value:.1f} tok/s/GPU ({report.knobs(points[top_i]['config'])}); the next best is "
+            f"{next_best_pct(rel):.1f}% of it.",
+            (f"{rel}#points.{top_i}",),
+        ),
+    ]
+
+
+def compare_table(rel: str) -> list[Line]:
+    """A stored comparison as ``search/compare.py`` prints it."""
+    from benchmarks.search.compare import table as printed  # optuna and the study loop: import on use
+
+    return [Line("```"), *(Line(text, (rel,)) for text in printed(load(rel)).splitlines()), Line("```")]
+
+
+def search_shows(rel: str, landscape: str) -> list[Line]:
+    """Ours against the plain strategies on one stored comparison."""
+    doc = load(rel)
+    s = doc["strategies"]
+    ours = s["ours"]
+    plain = {k: s[k]["gpu_s_to_97pct_median"] for k in PLAIN if k in s}
+    lo, hi = min(plain.values()), max(plain.values())
+    median = ours["gpu_s_to_97pct_median"]
+    place = (
+        "below every plain strategy's median"
+        if median < lo
+        else "above every plain strategy's median"
+        if median > hi
+        else "within the plain strategies' medians"
+    )
+    missed = ours["seeds"] - ours["reached_97pct"]
+    stops = "; ".join(ours["stop_reasons"])
+    grid = doc["landscape"]["grid_cost_s"]
+    return [
+        Line(
+            f"Over {doc['seeds']} seeds ours needs {median:.0f} GPU-s to 97% of the best in the median "
+            f"seed that reached it ({100 * median / grid:.0f}% of the full grid's {grid:.0f}), "
+            f"{place}: {', '.join(f'{STRATEGIES[k]} {v:.0f}' for k, v in plain.items())}. "
+            + (
+                f"In {missed} of {ours['seeds']} seeds it ended before reaching 97% (the seeds' stop "
+                f"reasons: {stops}). "
+                if missed
+                else "Every seed reached it. "
+            )
+            + f"It skipped a median of {ours['skipped_median']:g} proposals (predicted or inferred not to "
+            f"fit, at no cost) and ran {ours['runs_median']:g} trials.",
+            (rel, landscape),
+        )
+    ]
+
+
+def search_cpu_shows() -> list[Line]:
+    return search_shows(CPU_SEARCH, CPU_LANDSCAPE)
+
+
+def search_h200_shows() -> list[Line]:
+    return search_shows(SEARCH, LANDSCAPE)
+
+
+def search_h200_headline() -> list[Line]:
+    """The H200 landscape's result in a sentence, for the top README."""
+    doc = load(SEARCH)
+    ls, ours = doc["landscape"], doc["strategies"]["ours"]
+    median, grid = ours["gpu_s_to_97pct_median"], ls["grid_cost_s"]
+    plain = ", ".join(
+        f"{STRATEGIES[k]}: {doc['strategies'][k]['gpu_s_to_97pct_median']:.0f}"
+        for k in PLAIN
+        if k in doc["strategies"]
+    )
+    to97 = [x for x in ours["gpu_s_to_97pct"] if x is not None]
+    when = (
+        ""
+        if packed_landscape(LANDSCAPE)
+        else f", measured before the packed-sequence layout of {PACKED_SINCE}"
+    )
+    return [
+        Line(
+            f"On a real H200 landscape of {ls['configs']} configs (`benchmarks/{LANDSCAPE}`, "
+            f"{ls['feasible_configs']} feasible{when}) the tuner reached 97% of the best config in a "
+            f"median {median:.0f} GPU-seconds over {doc['seeds']} seeds ({span(to97, '.0f')}), "
+            f"{100 * median / grid:.0f}% of the grid's {grid:.0f} ({plain}). Only the best config is "
+            f"within 97% of the best (the next is {next_best_pct(LANDSCAPE):.1f}%), so reaching 97% is "
+            "finding the best.",
+            (SEARCH, LANDSCAPE),
+        )
+    ]
+
+
 CLAIMS: list[Claim] = [
     Claim("defaults-spread", defaults_spread),
     Claim("defaults-run-to-run", defaults_run_to_run),
@@ -725,10 +1068,25 @@ CLAIMS: list[Claim] = [
     Claim("engines-headline", engines_headline),
     Claim("verl-compare", verl_compare),
     Claim("verl-compare-headline", verl_compare_headline),
+    # README.md
+    Claim("search-h200-headline", search_h200_headline),
+    Claim("packed-job-top", packed_job_top),
+    Claim("padded-figures", padded_figures),
+    Claim("first-pass-slowdown", first_pass_slowdown),
+    Claim("engines-top", engines_top),
+    Claim("verl-compare-top", verl_compare_top),
+    Claim("load-test", load_test),
+    # search/README.md
+    Claim("search-cpu-landscape", lambda: landscape_facts(CPU_LANDSCAPE)),
+    Claim("search-cpu-compare", lambda: compare_table(CPU_SEARCH)),
+    Claim("search-cpu-shows", search_cpu_shows),
+    Claim("search-h200-landscape", lambda: landscape_facts(LANDSCAPE)),
+    Claim("search-h200-compare", lambda: compare_table(SEARCH)),
+    Claim("search-h200-shows", search_h200_shows),
 ]
 
 
-# ----------------------------------------------------------------------------- the README
+# ----------------------------------------------------------------------------- the documents
 
 
 def generate() -> dict[str, list[Line]]:
@@ -742,26 +1100,54 @@ def render(text: str, parts: dict[str, list[Line]] | None = None) -> str:
     def body(match: re.Match[str]) -> str:
         name = match["name"]
         if name not in parts:
-            raise KeyError(f"README part {name!r} is not in benchmarks.claims.CLAIMS")
+            raise KeyError(f"part {name!r} is not in benchmarks.claims.CLAIMS")
         return match.group(1) + "".join(line.text + "\n" for line in parts[name]) + match.group(4)
 
     return MARK.sub(body, text)
 
 
-def differing(text: str) -> list[str]:
-    """The generated parts of ``text`` that differ from the script's output, and the parts of
-    ``CLAIMS`` that ``text`` lacks markers for."""
-    want = render(text)
+def quoted(text: str) -> list[str]:
+    """The names of the generated parts ``text`` has markers for."""
+    return [m["name"] for m in MARK.finditer(text)]
+
+
+def differing(text: str, parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """The generated parts of ``text`` that differ from the script's output."""
     have = {m["name"]: m["body"] for m in MARK.finditer(text)}
-    fresh = {m["name"]: m["body"] for m in MARK.finditer(want)}
-    out = [name for name in have if have[name] != fresh[name]]
-    return out + [claim.name for claim in CLAIMS if claim.name not in have]
+    fresh = {m["name"]: m["body"] for m in MARK.finditer(render(text, parts))}
+    return [name for name in have if have[name] != fresh[name]]
 
 
-def sources() -> list[str]:
+def unquoted(texts: list[str]) -> list[str]:
+    """The parts of ``CLAIMS`` that none of ``texts`` has markers for."""
+    names = {name for text in texts for name in quoted(text)}
+    return [claim.name for claim in CLAIMS if claim.name not in names]
+
+
+def name_of(document: Path) -> str:
+    return str(document.relative_to(ROOT))
+
+
+def stale(texts: dict[Path, str], parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """One line per document whose generated parts differ from the script's output, naming
+    them, and one naming the parts no document quotes; empty when all is current."""
+    parts = parts if parts is not None else generate()
+    out = [
+        f"{name_of(doc)} differs from `python -m benchmarks.claims` in: {', '.join(names)}"
+        for doc, text in texts.items()
+        if (names := differing(text, parts))
+    ]
+    missing = unquoted(list(texts.values()))
+    return out + ([f"no document quotes: {', '.join(missing)}"] if missing else [])
+
+
+def sources(texts: dict[Path, str], parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """Every generated line with a source, the documents that quote it and its data files."""
+    parts = parts if parts is not None else generate()
+    where = {name: [name_of(doc) for doc, text in texts.items() if name in quoted(text)] for name in parts}
     return [
-        f"{name}: {line.text}\n    <- {', '.join(line.sources)}"
-        for name, lines in generate().items()
+        f"{', '.join(where[name]) or '(no document)'}: {name}: {line.text}\n    <- {', '.join(line.sources)}"
+        for name, lines in parts.items()
         for line in lines
         if line.sources
     ]
@@ -769,21 +1155,21 @@ def sources() -> list[str]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README differs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a document differs")
     parser.add_argument("--sources", action="store_true", help="print each line's data files")
     args = parser.parse_args(argv)
-    text = README.read_text()
+    texts = {doc: doc.read_text() for doc in DOCUMENTS}
+    parts = generate()
     if args.sources:
-        print("\n".join(sources()))
+        print("\n".join(sources(texts, parts)))
         return 0
     if args.check:
-        stale = differing(text)
-        if stale:
-            print(f"benchmarks/README.md differs from `python -m benchmarks.claims` in: {', '.join(stale)}")
-            return 1
-        return 0
-    README.write_text(render(text))
-    print(f"wrote {README.relative_to(HERE.parent)} ({len(CLAIMS)} generated parts)")
+        problems = stale(texts, parts)
+        print("\n".join(problems), end="\n" if problems else "")
+        return 1 if problems else 0
+    for doc, text in texts.items():
+        doc.write_text(render(text, parts))
+        print(f"wrote {name_of(doc)} ({len(quoted(text))} generated parts)")
     return 0
 
 
