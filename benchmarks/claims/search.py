@@ -77,6 +77,7 @@ def landscape_facts(rel: str) -> list[Line]:
             f"{statistics.median(walls):.0f} s in the median ({span(walls, '.0f')} s, start-up included).",
             (rel,),
         ),
+        Line(""),
         Line(
             f"Best: {top_value:.1f} tok/s/GPU ({report.knobs(points[top_i]['config'])}); the next best is "
             f"{next_best_pct(rel):.1f}% of it.",
