@@ -1,5 +1,6 @@
-"""benchmarks/README.md's generated parts are the script's output from the data files, and
-every generated figure names the file it comes from."""
+"""The documents' generated parts (the top README, benchmarks/README.md and
+benchmarks/search/README.md) are the script's output from the data files, and every generated
+figure names the file it comes from."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import pytest
 
 from benchmarks import claims
 
-README = claims.README.read_text()
+TEXTS = {doc: doc.read_text() for doc in claims.DOCUMENTS}
+TOP, BENCHMARKS, SEARCH = claims.DOCUMENTS
+README = TEXTS[BENCHMARKS]
+PARTS = claims.generate()
 
 
-def test_the_committed_readme_is_the_scripts_output() -> None:
-    assert claims.differing(README) == [], "run `python -m benchmarks.claims` and commit the README"
-    assert claims.render(README) == README
+@pytest.mark.parametrize("doc", claims.DOCUMENTS, ids=claims.name_of)
+def test_each_committed_document_is_the_scripts_output(doc) -> None:
+    text = TEXTS[doc]
+    assert claims.quoted(text), f"{claims.name_of(doc)} has no generated part"
+    assert claims.differing(text, PARTS) == [], "run `python -m benchmarks.claims` and commit the documents"
+    assert claims.render(text, PARTS) == text
+
+
+def test_every_part_is_quoted_and_the_check_passes() -> None:
+    assert claims.unquoted(list(TEXTS.values())) == []
+    assert claims.stale(TEXTS, PARTS) == []
 
 
 def _edit_inside(text: str, name: str, old: str, new: str) -> str:
@@ -26,35 +38,81 @@ def _edit_inside(text: str, name: str, old: str, new: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("name", "old", "new"),
+    ("doc", "name", "old", "new"),
     [
-        ("defaults-spread", "10.8%", "1.9%"),  # the run-to-run spread, typed over
-        ("packed-job", "| 6962 (n=1) |", "| 6992 (n=1) |"),  # a throughput in a table
-        ("engines-headline", "vLLM 32.6 s", "vLLM 40.7 s"),  # a median, typed by hand
+        (BENCHMARKS, "defaults-spread", "10.8%", "1.9%"),  # the run-to-run spread, typed over
+        (BENCHMARKS, "packed-job", "| 6962 (n=1) |", "| 6992 (n=1) |"),  # a throughput in a table
+        (BENCHMARKS, "engines-headline", "vLLM 32.6 s", "vLLM 40.7 s"),  # a median, typed by hand
+        (TOP, "search-h200-headline", "median 447 GPU-seconds", "median 347 GPU-seconds"),
+        (TOP, "packed-job-top", "ran at 5916 tokens/s/GPU", "ran at 5961 tokens/s/GPU"),
+        (TOP, "engines-top", "leaves 14% fewer", "leaves 4% fewer"),
+        (TOP, "load-test", "with 0 errors", "with no errors"),
+        (SEARCH, "search-cpu-compare", "655 [45-754]", "555 [45-754]"),  # compare.py's table
+        (SEARCH, "search-cpu-shows", "a median of 18.5 proposals", "a median of 18 proposals"),
+        (SEARCH, "search-h200-landscape", "took 153 s", "took 100 s"),
     ],
+    ids=lambda v: claims.name_of(v) if hasattr(v, "relative_to") else None,
 )
-def test_a_figure_edited_by_hand_is_caught_and_regenerated(name, old, new) -> None:
-    edited = _edit_inside(README, name, old, new)
-    assert claims.differing(edited) == [name]
-    assert claims.render(edited) == README
+def test_a_figure_edited_by_hand_is_caught_and_regenerated(doc, name, old, new) -> None:
+    edited = _edit_inside(TEXTS[doc], name, old, new)
+    assert claims.differing(edited, PARTS) == [name]
+    (line,) = claims.stale({doc: edited} | {d: t for d, t in TEXTS.items() if d != doc}, PARTS)
+    assert line.startswith(f"{claims.name_of(doc)} differs") and line.endswith(f": {name}")
+    assert claims.render(edited, PARTS) == TEXTS[doc]
+
+
+def test_the_check_names_the_document_and_the_part(tmp_path, monkeypatch, capsys) -> None:
+    copies = []
+    for doc in claims.DOCUMENTS:
+        copy = tmp_path / claims.name_of(doc)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(TEXTS[doc])
+        copies.append(copy)
+    monkeypatch.setattr(claims, "ROOT", tmp_path)
+    monkeypatch.setattr(claims, "DOCUMENTS", tuple(copies))
+    monkeypatch.setattr(claims, "generate", lambda: PARTS)
+    top = copies[0]
+    top.write_text(_edit_inside(TEXTS[TOP], "packed-job-top", "reached 6962", "reached 7962"))
+    assert claims.main(["--check"]) == 1
+    assert capsys.readouterr().out == (
+        "README.md differs from `python -m benchmarks.claims` in: packed-job-top\n"
+    )
+    assert claims.main([]) == 0
+    assert top.read_text() == TEXTS[TOP]
+    assert claims.main(["--check"]) == 0
 
 
 def test_hand_written_text_outside_the_markers_is_kept() -> None:
-    edited = README.replace("## On the GPU host", "A hand-written 123 line.\n\n## On the GPU host", 1)
-    assert claims.render(edited) == edited and claims.differing(edited) == []
+    for doc, anchor in ((BENCHMARKS, "## On the GPU host"), (TOP, "## Rollout engines"), (SEARCH, "## H200")):
+        edited = TEXTS[doc].replace(anchor, f"A hand-written 123 line.\n\n{anchor}", 1)
+        assert edited != TEXTS[doc]
+        assert claims.render(edited, PARTS) == edited and claims.differing(edited, PARTS) == []
 
 
-def test_a_part_missing_from_the_readme_or_unknown_to_the_script_is_reported() -> None:
+def test_a_part_quoted_by_no_document_or_unknown_to_the_script_is_reported() -> None:
     name = "packed-job-headline"
     start, end = README.index(f"<!-- claims:{name} -->"), README.index(f"<!-- /claims:{name} -->")
     without = README[:start] + README[end + len(f"<!-- /claims:{name} -->") :]
-    assert claims.differing(without) == [name]
+    others = [t for d, t in TEXTS.items() if d != BENCHMARKS]
+    assert claims.unquoted([without, *others]) == [name]
+    assert claims.stale({BENCHMARKS: without}, PARTS)[-1].startswith("no document quotes:")
     with pytest.raises(KeyError, match="not in benchmarks.claims.CLAIMS"):
-        claims.render("<!-- claims:nobody -->\n<!-- /claims:nobody -->\n")
+        claims.render("<!-- claims:nobody -->\n<!-- /claims:nobody -->\n", PARTS)
+
+
+def test_a_part_may_sit_in_several_documents() -> None:
+    name = "search-h200-headline"
+    body = "".join(line.text + "\n" for line in PARTS[name])
+    both = f"<!-- claims:{name} -->\nstale 1\n<!-- /claims:{name} -->\n"
+    assert claims.render(both, PARTS) == f"<!-- claims:{name} -->\n{body}<!-- /claims:{name} -->\n"
+    texts = {TOP: TEXTS[TOP], SEARCH: TEXTS[SEARCH] + "\n" + both}
+    assert claims.stale(texts, PARTS)[0] == (
+        f"{claims.name_of(SEARCH)} differs from `python -m benchmarks.claims` in: {name}"
+    )
 
 
 def test_every_generated_figure_names_existing_data() -> None:
-    for name, lines in claims.generate().items():
+    for name, lines in PARTS.items():
         for line in lines:
             if re.search(r"\d", line.text):
                 assert line.sources, (name, line.text)
@@ -63,15 +121,38 @@ def test_every_generated_figure_names_existing_data() -> None:
                 assert list(claims.HERE.glob(path)), (name, source)
 
 
+def test_no_measured_figure_outside_the_generated_parts_of_the_top_and_search_readmes() -> None:
+    """Hand-written text carries no throughput, GPU-seconds or speed-up: those are generated
+    (percentages there are settings, such as the 97% of the best a search must reach)."""
+    figure = re.compile(r"\b\d[\d.,]*\s*(tok(ens)?/s|GPU-s)|(?<![\d.])\d+(\.\d+)?x\b")
+    for doc in (TOP, SEARCH):
+        outside = claims.MARK.sub("", TEXTS[doc])
+        found = [m.group(0) for m in figure.finditer(outside)]
+        assert found == [], (claims.name_of(doc), found)
+
+
+def test_the_sources_name_each_lines_documents_and_data() -> None:
+    listed = claims.sources(TEXTS, PARTS)
+    (line,) = [s for s in listed if s.startswith("README.md: search-h200-headline: ")]
+    assert line.endswith("<- search/results/qwen2.5-1.5b-h200.json, search/landscapes/qwen2.5-1.5b-h200.json")
+    assert any(s.startswith("benchmarks/search/README.md: search-cpu-compare: ") for s in listed)
+
+
 def test_figures_before_the_packed_layout_are_marked_obsolete_and_later_ones_are_not() -> None:
-    parts = claims.generate()
-    assert parts["report-1.5b"][0].text.startswith("*Obsolete")
-    assert parts["tp-sweep"][0].text.startswith("*Obsolete")
-    assert not any("Obsolete" in line.text for line in parts["packed-job"])
+    assert PARTS["report-1.5b"][0].text.startswith("*Obsolete")
+    assert PARTS["tp-sweep"][0].text.startswith("*Obsolete")
+    assert PARTS["engines-top"][0].text.startswith("*Obsolete")
+    assert "measured before the packed-sequence layout" in PARTS["search-h200-headline"][0].text
+    assert not any("Obsolete" in line.text for line in PARTS["packed-job"] + PARTS["packed-job-top"])
 
 
 def test_single_runs_without_measured_noise_make_no_claim_and_gaps_inside_the_spread_tie() -> None:
-    (headline,) = claims.generate()["packed-job-headline"]
+    (headline,) = PARTS["packed-job-headline"]
     assert "single runs: no claim" in headline.text
-    (tp,) = claims.generate()["tp-sweep-headline"]
+    (top,) = PARTS["packed-job-top"]
+    assert "1.177x, single runs: no claim" in top.text
+    (tp,) = PARTS["tp-sweep-headline"]
     assert "a tie within the 10.8% run-to-run spread" in tp.text
+    engines = "\n".join(line.text for line in PARTS["engines-top"])
+    assert "all ties within the 10.8% run-to-run spread" in engines
+    assert "1.052x, a tie within the 10.8% run-to-run spread" in engines

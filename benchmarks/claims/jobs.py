@@ -1,153 +1,37 @@
-"""The figures of benchmarks/README.md, generated from the data files they come from.
-
-usage: python -m benchmarks.claims            # rewrite the README's generated parts
-       python -m benchmarks.claims --check    # exit 1, naming the parts, if the README differs
-       python -m benchmarks.claims --sources  # every generated line with its data file(s)
-
-A generated part of the README sits between ``<!-- claims:NAME -->`` and
-``<!-- /claims:NAME -->``; the text outside the markers is written by hand and kept as it is.
-Each part is one function below that returns its lines, each line with the data files (and
-trials) its figures come from; ``CLAIMS`` lists them. A new table is one more function and
-one more row of ``CLAIMS``, then its markers in the README and a run of this script.
-
-Comparisons follow ``autotuner.noise``: a difference inside the noise is a tie, and a gap
-between single runs of a job that measured no noise is no claim. Figures measured before the
-packed-sequence layout (2026-11-24: trials without ``use_remove_padding``) are marked obsolete.
-"""
+"""Parts about the GPU jobs and runs of benchmarks/README.md (``results/``): the jobs' trials,
+the noise between runs, the layouts, the engines, the TP sweeps and verl's own runs."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import statistics
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
+from benchmarks.claims.data import (
+    DEFAULTS,
+    HERE,
+    THROUGHPUT,
+    Line,
+    baseline,
+    f1,
+    generated_from,
+    job_of,
+    load,
+    measured,
+    median_runs,
+    obsolete_line,
+    runs,
+    src,
+    table,
+    versus_single_runs,
+)
+from benchmarks.claims.search import (
+    LANDSCAPE,
+    landscape_best,
+)
 from benchmarks.gpu import report
-
-HERE = Path(__file__).resolve().parent
-README = HERE / "README.md"
-THROUGHPUT = "throughput_tokens_per_s_per_gpu"
-PACKED = "actor_rollout_ref.model.use_remove_padding"
-PACKED_SINCE = "2026-11-24"
-MEASURED = ("ok", "oom", "error", "timeout")
-DEFAULTS = "verl-v0.9-defaults"
-MARK = re.compile(r"(<!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /claims:(?P=name) -->)", re.S)
-
-
-@dataclass(frozen=True)
-class Line:
-    """One generated line and where its figures come from (paths under benchmarks/, with
-    ``#N`` for trial N)."""
-
-    text: str
-    sources: tuple[str, ...] = ()
-
-
-class Claim(NamedTuple):
-    name: str
-    build: Callable[[], list[Line]]
-
-
-# ----------------------------------------------------------------------------- data
-
-
-@cache
-def load(rel: str) -> dict[str, Any]:
-    """A data file under benchmarks/, parsed."""
-    return json.loads((HERE / rel).read_text())
-
-
-def job_of(rel: str) -> dict[str, Any]:
-    """The one job of a ``dump_results`` file."""
-    (job,) = load(rel)["jobs"]
-    return job
-
-
-def trial(rel: str, number: int) -> dict[str, Any]:
-    return next(t for t in job_of(rel)["trials"] if t["number"] == number)
-
-
-def baseline(rel: str, name: str) -> dict[str, Any] | None:
-    """A job's first run of the baseline ``name``."""
-    trials = job_of(rel)["trials"]
-    return next((t for t in trials if t["baseline"] == name and t.get("repeat_of") is None), None)
-
-
-def runs(rel: str, number: int) -> list[float]:
-    """Trial ``number``'s throughputs: its own run and its re-measurements."""
-    return report.runs_by_trial(job_of(rel)["trials"]).get(number, [])
-
-
-def src(rel: str, *numbers: int) -> tuple[str, ...]:
-    return tuple(f"{rel}#{n}" for n in numbers) or (rel,)
-
-
-def obsolete(rel: str) -> bool:
-    """Whether the job's trials predate the packed-sequence layout."""
-    return not any(t["config"].get(PACKED) for t in job_of(rel)["trials"])
-
-
-def obsolete_line(*rels: str) -> list[Line]:
-    if not any(obsolete(rel) for rel in rels):
-        return []
-    return [
-        Line(
-            f"*Obsolete: measured before the packed-sequence layout ({PACKED_SINCE}); "
-            "kept as measured, not a prediction of verl.*",
-            rels,
-        ),
-        Line(""),
-    ]
-
-
-def measured(rel: str) -> list[dict[str, Any]]:
-    return [t for t in job_of(rel)["trials"] if t["status"] in MEASURED and t.get("repeat_of") is None]
-
-
-def median_runs(values: list[float]) -> str:
-    """``6952 (n=1)`` or ``6952 (n=3, spread 2.1%)``."""
-    if not values:
-        return "-"
-    spread = spread_pct(values)
-    tail = f", spread {spread:.1f}%" if spread is not None else ""
-    return f"{statistics.median(values):.0f} (n={len(values)}{tail})"
-
-
-def f1(value: float | None) -> str:
-    return "" if value is None else f"{value:.1f}"
-
-
-def table(header: list[str], rows: list[tuple[list[str], tuple[str, ...]]]) -> list[Line]:
-    """A Markdown table, each row with its sources (the header with all of them)."""
-    every = tuple(dict.fromkeys(source for _, sources in rows for source in sources))
-    out = [Line("| " + " | ".join(header) + " |", every), Line("|" + "---|" * len(header))]
-    out += [Line("| " + " | ".join(cells) + " |", sources) for cells, sources in rows]
-    return out
-
-
-def generated_from(*rels: str) -> Line:
-    files = ", ".join(f"`{rel}`" for rel in rels)
-    return Line(f"Generated by `python -m benchmarks.claims` from {files}.", rels)
-
-
-def versus_single_runs(a: float, b: float, band_pct: float | None) -> str:
-    """Two single-run figures: a tie or a gap within a measured band, else no claim."""
-    ratio = a / b if b else float("inf")
-    if band_pct is None:
-        return f"{ratio:.3f}x, single runs: no claim"
-    verdict = compare(a, b, band_pct)
-    word = "a tie" if verdict is Verdict.TIE else str(verdict)
-    return f"{ratio:.3f}x, {word} within the {band_pct:.1f}% run-to-run spread"
-
-
-# ----------------------------------------------------------------------------- parts
 
 PACKED_JOB = "results/qwen2.5-1.5b-grpo-packed-h200.json"
 
@@ -476,18 +360,23 @@ def tp_hosts() -> list[Line]:
 
 TWIN = "results/qwen2.5-1.5b-grpo-vllm-twin-h200.json"
 SGLANG = "results/qwen2.5-1.5b-grpo-sglang-fixed-h200.json"
-LANDSCAPE = "search/landscapes/qwen2.5-1.5b-h200.json"
+
+
+def engine_pairs() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """The baselines both engine jobs measured ok: (name, vLLM's trial, SGLang's trial)."""
+    pairs = []
+    for name in (t["baseline"] for t in measured(TWIN) if t["baseline"]):
+        v, s = baseline(TWIN, name), baseline(SGLANG, name)
+        if v is not None and s is not None and v["status"] == s["status"] == "ok":
+            pairs.append((name, v, s))
+    return pairs
 
 
 def engines_same_configs() -> list[Line]:
     """The baselines both engine jobs measured, side by side."""
     rows = []
     band = defaults_spread_pct()
-    names = [t["baseline"] for t in measured(TWIN) if t["baseline"]]
-    for name in names:
-        v, s = baseline(TWIN, name), baseline(SGLANG, name)
-        if v is None or s is None or v["status"] != "ok" or s["status"] != "ok":
-            continue
+    for name, v, s in engine_pairs():
         a, b = v["metrics"][THROUGHPUT], s["metrics"][THROUGHPUT]
         rows.append(
             (
@@ -524,14 +413,7 @@ def startups(rel: str) -> list[float]:
 def engines_headline() -> list[Line]:
     """Engine start-up medians, and each engine's best on the workload."""
     vs, ss = startups(TWIN), startups(SGLANG)
-    best_v = load(LANDSCAPE)
-    points = [
-        (run["metrics"][THROUGHPUT], i)
-        for i, point in enumerate(best_v["points"])
-        for run in point["runs"][:1]
-        if run["status"] == "ok"
-    ]
-    top_v, top_i = max(points)
+    top_v, top_i = landscape_best(LANDSCAPE)
     sg = [t for t in measured(SGLANG) if t["status"] == "ok"]
     top_s = max(sg, key=lambda t: t["metrics"][THROUGHPUT])
     band = defaults_spread_pct()
@@ -551,65 +433,6 @@ def engines_headline() -> list[Line]:
     ]
 
 
-SEARCH = "search/results/qwen2.5-1.5b-h200.json"
-STRATEGIES = {"grid": "grid (shuffled)", "random": "random", "tpe": "Optuna TPE", "nsga2": "Optuna NSGA-II"}
-
-
-def search_compare() -> list[Line]:
-    """The search strategies on the H200 landscape, median [min-max] over the seeds."""
-    doc = load(SEARCH)
-    rows = []
-    for key, s in doc["strategies"].items():
-        to97, early = s["gpu_s_to_97pct"], s["best_at_25pct_cost_pct"]
-        rows.append(
-            (
-                [
-                    STRATEGIES.get(key, key),
-                    f"{s['gpu_s_to_97pct_median']:.0f} [{min(to97):.0f}-{max(to97):.0f}]",
-                    f"{s['best_at_25pct_cost_pct_median']:.0f}% [{min(early):.0f}-{max(early):.0f}]",
-                    f"{s['gpu_s_total_median']:.0f}",
-                ],
-                (f"{SEARCH}#strategies.{key}",),
-            )
-        )
-    grid = doc["landscape"]["grid_cost_s"]
-    ours = doc["strategies"]["ours"]["gpu_s_to_97pct_median"]
-    header = [
-        "strategy",
-        "GPU-s to 97% of the best",
-        "best found at 25% of the grid's cost",
-        "GPU-s in all",
-    ]
-    packed = any(p["config"].get(PACKED) for p in load(LANDSCAPE)["points"])
-    stale = (
-        []
-        if packed
-        else [
-            Line(
-                f"*Obsolete: the landscape was measured before the packed-sequence layout ({PACKED_SINCE}); "
-                "kept as measured.*",
-                (LANDSCAPE,),
-            ),
-            Line(""),
-        ]
-    )
-    return (
-        stale
-        + [Line(f"`{doc['command']}`, {doc['seeds']} seeds, median [min-max]:", (SEARCH,)), Line("")]
-        + table(header, rows)
-        + [
-            Line(""),
-            Line(
-                f"Ours reaches 97% of the best in {100 * ours / grid:.0f}% of the grid's GPU-seconds "
-                "(median).",
-                (SEARCH,),
-            ),
-            Line(""),
-            generated_from(SEARCH),
-        ]
-    )
-
-
 VERL_COMPARE = "results/verl-qwen2.5-1.5b-h200.json"
 # The trial's phase each of verl's timings corresponds to (benchmarks/gpu/verl_compare.py).
 VERL_PHASES = (
@@ -624,7 +447,9 @@ def verl_runs(config: str, kind: str, run: str = "run_b") -> list[dict[str, Any]
     """The ok runs of ``config`` of one kind (``trial``/``verl``); verl's defaults ran in
     ``run_a`` only."""
     doc = load(VERL_COMPARE)
-    found = [r for r in doc[run]["runs"] if r["config"] == config and r["kind"] == kind and r["status"] == "ok"]
+    found = [
+        r for r in doc[run]["runs"] if r["config"] == config and r["kind"] == kind and r["status"] == "ok"
+    ]
     if not found and kind == "verl" and run == "run_b":
         return verl_runs(config, kind, "run_a")
     return found
@@ -667,7 +492,10 @@ def verl_compare() -> list[Line]:
 
 def verl_compare_headline() -> list[Line]:
     """What verl measured, and whether the trial ranks the configs as verl does."""
-    medians = {c: statistics.median(s["perf/throughput"] for s in verl_steps(c)) for c in ("defaults", "example", "winner")}
+    medians = {
+        c: statistics.median(s["perf/throughput"] for s in verl_steps(c))
+        for c in ("defaults", "example", "winner")
+    }
     spreads = [spread_pct([s["perf/throughput"] for s in verl_steps(c)]) or 0.0 for c in medians]
     band = max(spreads)
     trial = {c: verl_runs(c, "trial")[0]["throughput"] for c in medians}
@@ -700,92 +528,3 @@ def verl_compare_headline() -> list[Line]:
             (VERL_COMPARE,),
         ),
     ]
-
-
-CLAIMS: list[Claim] = [
-    Claim("defaults-spread", defaults_spread),
-    Claim("defaults-run-to-run", defaults_run_to_run),
-    Claim("packed-job-software", packed_job_software),
-    Claim("packed-job", packed_job),
-    Claim("packed-job-headline", packed_job_headline),
-    Claim("layout", layout),
-    Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),
-    Claim("report-7b-8gpu", job_report("results/qwen2-7b-grpo-8gpu-h200.json")),
-    Claim("report-7b-1gpu", job_report("results/qwen2-7b-grpo-1gpu-h200.json")),
-    Claim("report-memmodel", job_report("results/qwen2.5-1.5b-grpo-memmodel-h200.json")),
-    Claim("tp-hosts", tp_hosts),
-    Claim("engine-train-probe-before-fix", engine_train_probe("before-fix")),
-    Claim("engine-train-probe-after-fix", engine_train_probe("after-fix")),
-    Claim("search-compare", search_compare),
-    Claim("tp-sweep-before-fix", tp_sweep(SWEEP_BEFORE)),
-    Claim("tp-sweep", tp_sweep(SWEEP)),
-    Claim("tp-sweep-headline", tp_sweep_headline),
-    Claim("trials-per-hour", trials_per_hour),
-    Claim("engines-same-configs", engines_same_configs),
-    Claim("engines-headline", engines_headline),
-    Claim("verl-compare", verl_compare),
-    Claim("verl-compare-headline", verl_compare_headline),
-]
-
-
-# ----------------------------------------------------------------------------- the README
-
-
-def generate() -> dict[str, list[Line]]:
-    return {claim.name: claim.build() for claim in CLAIMS}
-
-
-def render(text: str, parts: dict[str, list[Line]] | None = None) -> str:
-    """``text`` with each generated part's body replaced by its lines."""
-    parts = parts if parts is not None else generate()
-
-    def body(match: re.Match[str]) -> str:
-        name = match["name"]
-        if name not in parts:
-            raise KeyError(f"README part {name!r} is not in benchmarks.claims.CLAIMS")
-        return match.group(1) + "".join(line.text + "\n" for line in parts[name]) + match.group(4)
-
-    return MARK.sub(body, text)
-
-
-def differing(text: str) -> list[str]:
-    """The generated parts of ``text`` that differ from the script's output, and the parts of
-    ``CLAIMS`` that ``text`` lacks markers for."""
-    want = render(text)
-    have = {m["name"]: m["body"] for m in MARK.finditer(text)}
-    fresh = {m["name"]: m["body"] for m in MARK.finditer(want)}
-    out = [name for name in have if have[name] != fresh[name]]
-    return out + [claim.name for claim in CLAIMS if claim.name not in have]
-
-
-def sources() -> list[str]:
-    return [
-        f"{name}: {line.text}\n    <- {', '.join(line.sources)}"
-        for name, lines in generate().items()
-        for line in lines
-        if line.sources
-    ]
-
-
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README differs")
-    parser.add_argument("--sources", action="store_true", help="print each line's data files")
-    args = parser.parse_args(argv)
-    text = README.read_text()
-    if args.sources:
-        print("\n".join(sources()))
-        return 0
-    if args.check:
-        stale = differing(text)
-        if stale:
-            print(f"benchmarks/README.md differs from `python -m benchmarks.claims` in: {', '.join(stale)}")
-            return 1
-        return 0
-    README.write_text(render(text))
-    print(f"wrote {README.relative_to(HERE.parent)} ({len(CLAIMS)} generated parts)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

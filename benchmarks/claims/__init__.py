@@ -1,0 +1,208 @@
+"""The measured figures of the project's documents, generated from the data files they come from.
+
+usage: python -m benchmarks.claims            # rewrite the documents' generated parts
+       python -m benchmarks.claims --check    # exit 1, naming the document and parts that differ
+       python -m benchmarks.claims --sources  # every generated line with its document(s) and data file(s)
+
+The documents are ``DOCUMENTS``: the top README.md, benchmarks/README.md and
+benchmarks/search/README.md. A generated part sits between ``<!-- claims:NAME -->`` and
+``<!-- /claims:NAME -->`` in any of them (the same part may sit in several); the text outside
+the markers is written by hand and kept as it is, with no measured figure (but for the few
+benchmarks/README.md marks *untraced*). Each part is one function that returns its lines, each
+line with the data files (and trials) its figures come from, paths under benchmarks/:
+``jobs.py`` holds those of the GPU jobs and runs (``results/``), ``search.py`` those of the
+recorded landscapes and the search comparisons, ``top.py`` the top README's, on the helpers of
+``data.py``; ``CLAIMS`` below lists them. A new figure is one more function and one more row
+of ``CLAIMS``, then its markers in a document and a run of ``python -m benchmarks.claims``.
+
+Comparisons follow ``autotuner.noise``: a difference inside the noise is a tie, and a gap
+between single runs of a job that measured no noise is no claim. Figures measured before the
+packed-sequence layout (2026-11-24: trials without ``use_remove_padding``) are marked obsolete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from benchmarks.claims.data import (
+    HERE,
+    Claim,
+    Line,
+)
+from benchmarks.claims.jobs import (
+    SWEEP,
+    SWEEP_BEFORE,
+    defaults_run_to_run,
+    defaults_spread,
+    engine_train_probe,
+    engines_headline,
+    engines_same_configs,
+    job_report,
+    layout,
+    packed_job,
+    packed_job_headline,
+    packed_job_software,
+    tp_hosts,
+    tp_sweep,
+    tp_sweep_headline,
+    trials_per_hour,
+    verl_compare,
+    verl_compare_headline,
+)
+from benchmarks.claims.search import (
+    CPU_LANDSCAPE,
+    CPU_SEARCH,
+    LANDSCAPE,
+    SEARCH,
+    compare_table,
+    landscape_facts,
+    search_compare,
+    search_cpu_shows,
+    search_h200_headline,
+    search_h200_shows,
+)
+from benchmarks.claims.top import (
+    engines_top,
+    first_pass_slowdown,
+    load_test,
+    packed_job_top,
+    padded_figures,
+    verl_compare_top,
+)
+
+ROOT = HERE.parent
+README = HERE / "README.md"
+# The documents whose generated parts this script writes; a part may sit in any of them.
+DOCUMENTS = (ROOT / "README.md", README, HERE / "search" / "README.md")
+MARK = re.compile(r"(<!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /claims:(?P=name) -->)", re.S)
+
+
+CLAIMS: list[Claim] = [
+    # benchmarks/README.md
+    Claim("defaults-spread", defaults_spread),
+    Claim("defaults-run-to-run", defaults_run_to_run),
+    Claim("packed-job-software", packed_job_software),
+    Claim("packed-job", packed_job),
+    Claim("packed-job-headline", packed_job_headline),
+    Claim("layout", layout),
+    Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),
+    Claim("report-7b-8gpu", job_report("results/qwen2-7b-grpo-8gpu-h200.json")),
+    Claim("report-7b-1gpu", job_report("results/qwen2-7b-grpo-1gpu-h200.json")),
+    Claim("report-memmodel", job_report("results/qwen2.5-1.5b-grpo-memmodel-h200.json")),
+    Claim("tp-hosts", tp_hosts),
+    Claim("engine-train-probe-before-fix", engine_train_probe("before-fix")),
+    Claim("engine-train-probe-after-fix", engine_train_probe("after-fix")),
+    Claim("search-compare", search_compare),
+    Claim("tp-sweep-before-fix", tp_sweep(SWEEP_BEFORE)),
+    Claim("tp-sweep", tp_sweep(SWEEP)),
+    Claim("tp-sweep-headline", tp_sweep_headline),
+    Claim("trials-per-hour", trials_per_hour),
+    Claim("engines-same-configs", engines_same_configs),
+    Claim("engines-headline", engines_headline),
+    Claim("verl-compare", verl_compare),
+    Claim("verl-compare-headline", verl_compare_headline),
+    # README.md
+    Claim("search-h200-headline", search_h200_headline),
+    Claim("packed-job-top", packed_job_top),
+    Claim("padded-figures", padded_figures),
+    Claim("first-pass-slowdown", first_pass_slowdown),
+    Claim("engines-top", engines_top),
+    Claim("verl-compare-top", verl_compare_top),
+    Claim("load-test", load_test),
+    # search/README.md
+    Claim("search-cpu-landscape", lambda: landscape_facts(CPU_LANDSCAPE)),
+    Claim("search-cpu-compare", lambda: compare_table(CPU_SEARCH)),
+    Claim("search-cpu-shows", search_cpu_shows),
+    Claim("search-h200-landscape", lambda: landscape_facts(LANDSCAPE)),
+    Claim("search-h200-compare", lambda: compare_table(SEARCH)),
+    Claim("search-h200-shows", search_h200_shows),
+]
+
+
+# ----------------------------------------------------------------------------- the documents
+
+
+def generate() -> dict[str, list[Line]]:
+    return {claim.name: claim.build() for claim in CLAIMS}
+
+
+def render(text: str, parts: dict[str, list[Line]] | None = None) -> str:
+    """``text`` with each generated part's body replaced by its lines."""
+    parts = parts if parts is not None else generate()
+
+    def body(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in parts:
+            raise KeyError(f"part {name!r} is not in benchmarks.claims.CLAIMS")
+        return match.group(1) + "".join(line.text + "\n" for line in parts[name]) + match.group(4)
+
+    return MARK.sub(body, text)
+
+
+def quoted(text: str) -> list[str]:
+    """The names of the generated parts ``text`` has markers for."""
+    return [m["name"] for m in MARK.finditer(text)]
+
+
+def differing(text: str, parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """The generated parts of ``text`` that differ from the script's output."""
+    have = {m["name"]: m["body"] for m in MARK.finditer(text)}
+    fresh = {m["name"]: m["body"] for m in MARK.finditer(render(text, parts))}
+    return [name for name in have if have[name] != fresh[name]]
+
+
+def unquoted(texts: list[str]) -> list[str]:
+    """The parts of ``CLAIMS`` that none of ``texts`` has markers for."""
+    names = {name for text in texts for name in quoted(text)}
+    return [claim.name for claim in CLAIMS if claim.name not in names]
+
+
+def name_of(document: Path) -> str:
+    return str(document.relative_to(ROOT))
+
+
+def stale(texts: dict[Path, str], parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """One line per document whose generated parts differ from the script's output, naming
+    them, and one naming the parts no document quotes; empty when all is current."""
+    parts = parts if parts is not None else generate()
+    out = [
+        f"{name_of(doc)} differs from `python -m benchmarks.claims` in: {', '.join(names)}"
+        for doc, text in texts.items()
+        if (names := differing(text, parts))
+    ]
+    missing = unquoted(list(texts.values()))
+    return out + ([f"no document quotes: {', '.join(missing)}"] if missing else [])
+
+
+def sources(texts: dict[Path, str], parts: dict[str, list[Line]] | None = None) -> list[str]:
+    """Every generated line with a source, the documents that quote it and its data files."""
+    parts = parts if parts is not None else generate()
+    where = {name: [name_of(doc) for doc, text in texts.items() if name in quoted(text)] for name in parts}
+    return [
+        f"{', '.join(where[name]) or '(no document)'}: {name}: {line.text}\n    <- {', '.join(line.sources)}"
+        for name, lines in parts.items()
+        for line in lines
+        if line.sources
+    ]
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a document differs")
+    parser.add_argument("--sources", action="store_true", help="print each line's data files")
+    args = parser.parse_args(argv)
+    texts = {doc: doc.read_text() for doc in DOCUMENTS}
+    parts = generate()
+    if args.sources:
+        print("\n".join(sources(texts, parts)))
+        return 0
+    if args.check:
+        problems = stale(texts, parts)
+        print("\n".join(problems), end="\n" if problems else "")
+        return 1 if problems else 0
+    for doc, text in texts.items():
+        doc.write_text(render(text, parts))
+        print(f"wrote {name_of(doc)} ({len(quoted(text))} generated parts)")
+    return 0

@@ -1,0 +1,220 @@
+"""Parts about the recorded landscapes and the search strategies replayed on them
+(``search/compare.py``): search/README.md, and the H200 result in the top README and
+benchmarks/README.md."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from benchmarks.claims.data import (
+    PACKED,
+    PACKED_SINCE,
+    THROUGHPUT,
+    Line,
+    generated_from,
+    load,
+    span,
+    table,
+    times,
+)
+from benchmarks.gpu import report
+
+LANDSCAPE = "search/landscapes/qwen2.5-1.5b-h200.json"
+SEARCH = "search/results/qwen2.5-1.5b-h200.json"
+STRATEGIES = {"grid": "grid (shuffled)", "random": "random", "tpe": "Optuna TPE", "nsga2": "Optuna NSGA-II"}
+CPU_LANDSCAPE = "search/landscapes/cpu-train-mid.json"
+CPU_SEARCH = "search/results/cpu-train-mid.json"
+PLAIN = ("grid", "random", "tpe", "nsga2")
+
+
+def landscape_best(rel: str) -> tuple[float, int]:
+    """The landscape's best first-run throughput and its point's index."""
+    points = load(rel)["points"]
+    return max(
+        (run["metrics"][THROUGHPUT], i)
+        for i, point in enumerate(points)
+        for run in point["runs"][:1]
+        if run["status"] == "ok"
+    )
+
+
+def point_value(point: dict[str, Any]) -> float:
+    """A config's true value as ``search/compare.py`` scores it: the median of its runs, a
+    failed run counting as 0."""
+    return statistics.median(
+        (run["metrics"].get(THROUGHPUT) or 0.0) if run["status"] == "ok" else 0.0 for run in point["runs"]
+    )
+
+
+def next_best_pct(rel: str) -> float:
+    """The landscape's second-best config as a percentage of its best."""
+    values = sorted((point_value(p) for p in load(rel)["points"]), reverse=True)
+    return 100 * values[1] / values[0]
+
+
+def packed_landscape(rel: str) -> bool:
+    """Whether the landscape was measured with the packed-sequence layout."""
+    return any(p["config"].get(PACKED) for p in load(rel)["points"])
+
+
+def landscape_facts(rel: str) -> list[Line]:
+    """What a landscape file holds: when and where it was recorded, its configs and runs."""
+    doc = load(rel)
+    points = doc["points"]
+    runs = [run for point in points for run in point["runs"]]
+    statuses = {s: sum(run["status"] == s for run in runs) for s in dict.fromkeys(r["status"] for r in runs)}
+    repeats = sorted({len(point["runs"]) for point in points})
+    fit = sum(point_value(point) > 0 for point in points)
+    walls = [run["wall_s"] for run in runs if run["status"] == "ok"]
+    top_value, top_i = max((point_value(p), i) for i, p in enumerate(points))
+    cap = f", under a {doc['memory_cap_gib']:g} GiB allocation cap" if doc["device"] == "cpu" else ""
+    return [
+        Line(
+            f"Recorded {doc['recorded_at'][:10]} on {', '.join(doc['measured_on'])}{cap}: "
+            f"{len(points)} configs, each run {times(repeats)}; {fit} fit, {len(points) - fit} did not "
+            f"({', '.join(f'{n} runs {s}' for s, n in statuses.items())}). A run that fit took "
+            f"{statistics.median(walls):.0f} s in the median ({span(walls, '.0f')} s, start-up included).",
+            (rel,),
+        ),
+        Line(""),
+        Line(
+            f"Best: {top_value:.1f} tok/s/GPU ({report.knobs(points[top_i]['config'])}); the next best is "
+            f"{next_best_pct(rel):.1f}% of it.",
+            (f"{rel}#points.{top_i}",),
+        ),
+    ]
+
+
+def compare_table(rel: str) -> list[Line]:
+    """A stored comparison as ``search/compare.py`` prints it."""
+    from benchmarks.search.compare import table as printed  # optuna and the study loop: import on use
+
+    return [Line("```"), *(Line(text, (rel,)) for text in printed(load(rel)).splitlines()), Line("```")]
+
+
+def search_shows(rel: str, landscape: str) -> list[Line]:
+    """Ours against the plain strategies on one stored comparison."""
+    doc = load(rel)
+    s = doc["strategies"]
+    ours = s["ours"]
+    plain = {k: s[k]["gpu_s_to_97pct_median"] for k in PLAIN if k in s}
+    lo, hi = min(plain.values()), max(plain.values())
+    median = ours["gpu_s_to_97pct_median"]
+    place = (
+        "below every plain strategy's median"
+        if median < lo
+        else "above every plain strategy's median"
+        if median > hi
+        else "within the plain strategies' medians"
+    )
+    missed = ours["seeds"] - ours["reached_97pct"]
+    stops = "; ".join(ours["stop_reasons"])
+    grid = doc["landscape"]["grid_cost_s"]
+    return [
+        Line(
+            f"Over {doc['seeds']} seeds ours needs {median:.0f} GPU-s to 97% of the best in the median "
+            f"seed that reached it ({100 * median / grid:.0f}% of the full grid's {grid:.0f}), "
+            f"{place}: {', '.join(f'{STRATEGIES[k]} {v:.0f}' for k, v in plain.items())}. "
+            + (
+                f"In {missed} of {ours['seeds']} seeds it ended before reaching 97% (the seeds' stop "
+                f"reasons: {stops}). "
+                if missed
+                else "Every seed reached it. "
+            )
+            + f"It skipped a median of {ours['skipped_median']:g} proposals (predicted or inferred not to "
+            f"fit, at no cost) and ran {ours['runs_median']:g} trials.",
+            (rel, landscape),
+        )
+    ]
+
+
+def search_cpu_shows() -> list[Line]:
+    return search_shows(CPU_SEARCH, CPU_LANDSCAPE)
+
+
+def search_h200_shows() -> list[Line]:
+    return search_shows(SEARCH, LANDSCAPE)
+
+
+def search_h200_headline() -> list[Line]:
+    """The H200 landscape's result in a sentence, for the top README."""
+    doc = load(SEARCH)
+    ls, ours = doc["landscape"], doc["strategies"]["ours"]
+    median, grid = ours["gpu_s_to_97pct_median"], ls["grid_cost_s"]
+    plain = ", ".join(
+        f"{STRATEGIES[k]}: {doc['strategies'][k]['gpu_s_to_97pct_median']:.0f}"
+        for k in PLAIN
+        if k in doc["strategies"]
+    )
+    to97 = [x for x in ours["gpu_s_to_97pct"] if x is not None]
+    when = (
+        ""
+        if packed_landscape(LANDSCAPE)
+        else f", measured before the packed-sequence layout of {PACKED_SINCE}"
+    )
+    return [
+        Line(
+            f"On a real H200 landscape of {ls['configs']} configs (`benchmarks/{LANDSCAPE}`, "
+            f"{ls['feasible_configs']} feasible{when}) the tuner reached 97% of the best config in a "
+            f"median {median:.0f} GPU-seconds over {doc['seeds']} seeds ({span(to97, '.0f')}), "
+            f"{100 * median / grid:.0f}% of the grid's {grid:.0f} ({plain}). Only the best config is "
+            f"within 97% of the best (the next is {next_best_pct(LANDSCAPE):.1f}%), so reaching 97% is "
+            "finding the best.",
+            (SEARCH, LANDSCAPE),
+        )
+    ]
+
+
+def search_compare() -> list[Line]:
+    """The search strategies on the H200 landscape, median [min-max] over the seeds."""
+    doc = load(SEARCH)
+    rows = []
+    for key, s in doc["strategies"].items():
+        to97, early = s["gpu_s_to_97pct"], s["best_at_25pct_cost_pct"]
+        rows.append(
+            (
+                [
+                    STRATEGIES.get(key, key),
+                    f"{s['gpu_s_to_97pct_median']:.0f} [{min(to97):.0f}-{max(to97):.0f}]",
+                    f"{s['best_at_25pct_cost_pct_median']:.0f}% [{min(early):.0f}-{max(early):.0f}]",
+                    f"{s['gpu_s_total_median']:.0f}",
+                ],
+                (f"{SEARCH}#strategies.{key}",),
+            )
+        )
+    grid = doc["landscape"]["grid_cost_s"]
+    ours = doc["strategies"]["ours"]["gpu_s_to_97pct_median"]
+    header = [
+        "strategy",
+        "GPU-s to 97% of the best",
+        "best found at 25% of the grid's cost",
+        "GPU-s in all",
+    ]
+    stale = (
+        []
+        if packed_landscape(LANDSCAPE)
+        else [
+            Line(
+                f"*Obsolete: the landscape was measured before the packed-sequence layout ({PACKED_SINCE}); "
+                "kept as measured.*",
+                (LANDSCAPE,),
+            ),
+            Line(""),
+        ]
+    )
+    return (
+        stale
+        + [Line(f"`{doc['command']}`, {doc['seeds']} seeds, median [min-max]:", (SEARCH,)), Line("")]
+        + table(header, rows)
+        + [
+            Line(""),
+            Line(
+                f"Ours reaches 97% of the best in {100 * ours / grid:.0f}% of the grid's GPU-seconds "
+                "(median).",
+                (SEARCH,),
+            ),
+            Line(""),
+            generated_from(SEARCH),
+        ]
+    )

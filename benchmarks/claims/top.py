@@ -1,0 +1,217 @@
+"""Parts of the top README: its measured figures, each from the data file it names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from autotuner.noise import Verdict, compare
+from benchmarks.claims.data import (
+    DEFAULTS,
+    HERE,
+    PACKED_SINCE,
+    THROUGHPUT,
+    Line,
+    baseline,
+    f1,
+    job_of,
+    load,
+    measured,
+    obsolete,
+    obsolete_line,
+    span,
+    src,
+    versus_single_runs,
+)
+from benchmarks.claims.jobs import (
+    DEFAULTS_RUNS,
+    PACKED_JOB,
+    PROBE,
+    SGLANG,
+    TWIN,
+    VERL_COMPARE,
+    defaults_spread_pct,
+    engine_pairs,
+    verl_compare_headline,
+    verl_runs,
+)
+from benchmarks.claims.search import (
+    LANDSCAPE,
+    landscape_best,
+)
+
+JOB_7B = "results/qwen2-7b-grpo-8gpu-h200.json"
+DYNAMIC = "actor_rollout_ref.actor.use_dynamic_bsz"
+MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def packed_job_top() -> list[Line]:
+    """The packed-layout job in the top README: verl's two baselines and the first proposal."""
+    job = job_of(PACKED_JOB)
+    example, defaults = baseline(PACKED_JOB, "verl-v0.9-example"), baseline(PACKED_JOB, DEFAULTS)
+    first = next(t for t in measured(PACKED_JOB) if not t["baseline"] and t["status"] == "ok")
+    if example is None or defaults is None:
+        return []
+    a, b = first["metrics"][THROUGHPUT], example["metrics"][THROUGHPUT]
+    timeout = job["spec"]["budget"]["trial_timeout_s"]
+    did = (
+        f"did not finish one step within the {timeout:g} s trial deadline ({defaults['status']} in "
+        f"{defaults['phase']})"
+        if defaults["status"] != "ok"
+        else f"ran at {defaults['metrics'][THROUGHPUT]:.0f} (one run)"
+    )
+    layout = (
+        "dynamic batches"
+        if defaults["config"].get(DYNAMIC)
+        else f"static micro-batches of {defaults['config'].get(MICRO_BATCH)}"
+    )
+    return [
+        Line(
+            f"Measured on one {first['device']} on {job['started_at'][:10]} with packed micro-batches, "
+            "flash-attention and the weight sync (`benchmarks/README.md`, data in "
+            f"`benchmarks/{PACKED_JOB}`): for Qwen2.5-1.5B, verl's example command's knobs ran at "
+            f"{b:.0f} tokens/s/GPU (one run); verl's defaults ({layout}) {did}; the tuner's first "
+            f"proposal reached {a:.0f} (one run): {versus_single_runs(a, b, None)}.",
+            src(PACKED_JOB, example["number"], defaults["number"], first["number"]),
+        )
+    ]
+
+
+def padded_figures() -> list[Line]:
+    """What the top README says of the figures measured before the packed layout."""
+    b = baseline(JOB_7B, DEFAULTS)
+    ok = [t for t in measured(JOB_7B) if t["status"] == "ok"]
+    if b is None or b["status"] != "ok" or not ok or not obsolete(JOB_7B):
+        return []
+    top = max(ok, key=lambda t: t["metrics"][THROUGHPUT])
+    a = top["metrics"][THROUGHPUT]
+    return [
+        Line(
+            f"Figures measured before {PACKED_SINCE} (the Qwen2-7B job's best config against verl's "
+            f"defaults, {versus_single_runs(a, b['metrics'][THROUGHPUT], None)}; the rollout TP "
+            "comparison) used padded micro-batches, SDPA and sampled micro-batch "
+            "timing, and are kept in `benchmarks/README.md` as such.",
+            src(JOB_7B, top["number"], b["number"]),
+        )
+    ]
+
+
+PROBE_BEFORE = f"{PROBE}/before-fix"
+
+
+def first_pass_slowdown() -> list[Line]:
+    """How much slower the first train pass was than the second with cuDNN attention on (each
+    engine's environment, before any engine started)."""
+    ratios: dict[str, list[float]] = {}
+    rels = []
+    for path in sorted((HERE / PROBE_BEFORE).glob("*.json")):
+        if path.stem.endswith("-spec"):
+            continue
+        rel = f"{PROBE_BEFORE}/{path.name}"
+        first, second = load(rel)["stages"]["no_engine"][:2]
+        rels.append(f"{rel}#stages.no_engine")
+        for phase in ("old_log_prob", "ref_log_prob", "update_actor"):
+            ratios.setdefault(phase, []).append(second["tokens_per_s"][phase] / first["tokens_per_s"][phase])
+    slow = ratios["old_log_prob"] + ratios["update_actor"]
+    return [
+        Line(
+            f"On an H200, with it on, the first train pass's old-log-prob and update ran "
+            f"{span(slow, '.1f')}x slower than the second (the reference pass, which reuses the "
+            f"old-log-prob pass's shapes, {span(ratios['ref_log_prob'], '.1f')}x), in each engine's "
+            f"environment before any engine started (`benchmarks/{PROBE_BEFORE}/`).",
+            tuple(rels),
+        )
+    ]
+
+
+def engines_top() -> list[Line]:
+    """vLLM against SGLang on the same job: equal configs, KV cache at equal gmu, best found."""
+    v0, s0 = baseline(TWIN, DEFAULTS), baseline(SGLANG, DEFAULTS)
+    if not engine_pairs() or v0 is None or s0 is None:
+        return []
+    return obsolete_line(TWIN, SGLANG) + [engines_equal_configs(), engines_kv_cache(v0, s0), engines_best(s0)]
+
+
+def engines_equal_configs() -> Line:
+    band = defaults_spread_pct()
+    pairs = [(v, s) for _, v, s in engine_pairs()]
+    ratios = [v["metrics"][THROUGHPUT] / s["metrics"][THROUGHPUT] for v, s in pairs]
+    verdicts = {compare(v["metrics"][THROUGHPUT], s["metrics"][THROUGHPUT], band or 0.0) for v, s in pairs}
+    word = "all ties" if verdicts == {Verdict.TIE} else "not all ties"
+    rollout = [s["phase_timings_s"]["rollout"] - v["phase_timings_s"]["rollout"] for v, s in pairs]
+    return Line(
+        f"- At equal configs (the {len(pairs)} baselines both jobs ran, one run each), vLLM / SGLang is "
+        f"{span(ratios, '.3f')}x, {word} within the {f1(band)}% run-to-run spread of verl's defaults; "
+        f"SGLang's rollout took {span(rollout, '.1f')} s longer.",
+        tuple(x for v, s in pairs for x in src(TWIN, v["number"]) + src(SGLANG, s["number"]))
+        + tuple(DEFAULTS_RUNS),
+    )
+
+
+def engines_kv_cache(v0: dict[str, Any], s0: dict[str, Any]) -> Line:
+    """The KV cache each engine gets from verl's defaults' gmu."""
+    kv_v, kv_s = v0["metrics"]["kv_cache_tokens"], s0["metrics"]["kv_cache_tokens"]
+    gmu = v0["config"]["actor_rollout_ref.rollout.gpu_memory_utilization"]
+    return Line(
+        f"- At gmu {gmu:g} (verl's defaults), SGLang's `mem_fraction_static` leaves "
+        f"{100 * (1 - kv_s / kv_v):.0f}% fewer KV-cache tokens ({kv_s / 1e6:.2f}M against "
+        f"{kv_v / 1e6:.2f}M).",
+        src(TWIN, v0["number"]) + src(SGLANG, s0["number"]),
+    )
+
+
+def engines_best(s0: dict[str, Any]) -> Line:
+    """SGLang's best against its defaults, and vLLM's best (the landscape's) against it."""
+    band = defaults_spread_pct()
+    top_s = max((t for t in measured(SGLANG) if t["status"] == "ok"), key=lambda t: t["metrics"][THROUGHPUT])
+    best_s, defaults_s = top_s["metrics"][THROUGHPUT], s0["metrics"][THROUGHPUT]
+    top_v, top_i = landscape_best(LANDSCAPE)
+    return Line(
+        f"- SGLang's best found is {best_s:.0f} tok/s/GPU (trial {top_s['number']}, one run); against "
+        f"its verl defaults' {defaults_s:.0f}: {versus_single_runs(best_s, defaults_s, band)}. vLLM's "
+        f"best on the same workload, from the H200 landscape and so from another run, is {top_v:.0f}; "
+        f"against SGLang's best: {versus_single_runs(top_v, best_s, band)}.",
+        src(SGLANG, top_s["number"], s0["number"]) + (f"{LANDSCAPE}#points.{top_i}",) + tuple(DEFAULTS_RUNS),
+    )
+
+
+def verl_compare_top() -> list[Line]:
+    """What verl measured, for the top README: the runs, and verl's verdict on the configs."""
+    doc = load(VERL_COMPARE)
+    configs = sorted(
+        {r["config"] for run in ("run_a", "run_b") for r in doc[run]["runs"] if r["kind"] == "verl"}
+    )
+    steps = {len(r["steps"]) for c in configs for r in verl_runs(c, "verl")}
+    warmups = {r.get("warmup_steps", 1) for c in configs for r in verl_runs(c, "verl")}
+    versions = {r["versions"]["verl"] for c in configs for r in verl_runs(c, "verl") if r.get("versions")}
+    return [
+        Line(
+            f"On {doc['date']} it ran verl {', '.join(sorted(versions))}'s trainer for "
+            f"{'/'.join(map(str, sorted(steps)))} steps ({'/'.join(map(str, sorted(warmups)))} of them a "
+            f"warm-up) of the Qwen2.5-1.5B job for {len(configs)} configs ({doc['device']}), beside the "
+            "tuner's trials of the same configs (`benchmarks/gpu/verl_compare.py`; the table of "
+            "predicted against verl-measured throughput and phase times is in `benchmarks/README.md`, "
+            f"data in `benchmarks/{VERL_COMPARE}`).",
+            (VERL_COMPARE,),
+        ),
+        Line(""),
+        verl_compare_headline()[0],
+    ]
+
+
+LOAD = "load/results/load-vm.json"
+
+
+def load_test() -> list[Line]:
+    """The service under concurrent clients (``load/run.py``)."""
+    doc = load(LOAD)
+    m, jobs = doc["machine"], doc["jobs"]
+    return [
+        Line(
+            f"The service's load on a {m['cpu_count']}-core VM ({m['cpu']}; database: {doc['database']}; "
+            f"{doc['date'][:10]}): {doc['clients']} clients submitting and polling for "
+            f"{doc['duration_s']:.0f} s sent {doc['requests']} requests ({doc['requests_per_s']:.0f}/s) "
+            f"with {doc['errors']} errors, and {doc['lost_jobs']} of the {jobs['submitted']} jobs they "
+            f"submitted were lost (`benchmarks/load/README.md`, data in `benchmarks/{LOAD}`).",
+            (LOAD,),
+        )
+    ]
