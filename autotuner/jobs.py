@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Literal
 
 import optuna
@@ -410,17 +411,28 @@ def pid_alive(pid: int) -> bool:
 
 
 def take_over(ctx: JobContext, job_id: str) -> JobRecord:
-    """Claim a job to resume it here: a queued job, or a running one whose runner process
-    on this host is gone. A job running elsewhere (or alive here) is refused."""
+    """Claim a job to resume it here: a queued job, a running one whose runner process on
+    this host is gone, or a running one whose runner elsewhere sent no heartbeat for
+    ``orphan_after_s`` (presumed dead, as the service presumes: a database copied from a host
+    that was lost). A job whose runner is alive here or heartbeating elsewhere is refused."""
     job = ctx.store.get(job_id)
     if job.status == "running" and job.runner_id:
         host, _, pid = job.runner_id.rpartition(":")
-        if host == socket.gethostname() and pid.isdigit() and not pid_alive(int(pid)):
+        here = host == socket.gethostname() and pid.isdigit()
+        silent_s = (
+            None
+            if job.heartbeat_at is None
+            else (datetime.now(timezone.utc) - job.heartbeat_at).total_seconds()
+        )
+        if (here and not pid_alive(int(pid))) or (
+            not here and (silent_s is None or silent_s > ctx.settings.orphan_after_s)
+        ):
             job = ctx.store.release(job_id, job.runner_id)
         else:
             raise JobBusyError(
                 f"job {job_id} is running under {job.runner_id}; stop that process first "
-                "(or wait for the service to requeue it once its heartbeat is stale)"
+                "(or wait until it has sent no heartbeat for AUTOTUNER_ORPHAN_AFTER_S="
+                f"{ctx.settings.orphan_after_s:g} s)"
             )
     if job.status != "queued":
         raise JobBusyError(f"job {job_id} is {job.status}; only queued or orphaned jobs resume")

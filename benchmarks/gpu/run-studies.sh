@@ -11,6 +11,9 @@
 # RAY_RESTART=1: stop the Ray head an earlier call started (its studies must be done).
 # STUDY_RAY=local: no shared head; each study starts a local Ray over STUDY_GPUS (studies on
 # other GPUs of the host, beside a head that an earlier call started over its own).
+# STUDY_RESUME=DIR: go on with a job an earlier host started: DIR holds the <name>.db that
+# poll.sh packed there (carried back in a later device call); its unfinished job resumes
+# (`autotuner resume`: finished trials are kept, a silent runner's job is taken over).
 # The tuner and vLLM's trials use /tmp/site (setup-host.sh); the trials of sglang jobs get
 # /tmp/site-sglang instead when setup-sglang.sh made it (AUTOTUNER_ENGINE_PYTHONPATH__SGLANG).
 set -euo pipefail
@@ -40,9 +43,16 @@ fi
 for job in "$@"; do
   name=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
   mkdir -p "/tmp/at/$name"
-  echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }${STUDY_TAG:+STUDY_TAG=$STUDY_TAG }${STUDY_RAY:+STUDY_RAY=$STUDY_RAY }bash benchmarks/gpu/run-studies.sh $job${STUDY_PLAN:+ (from $STUDY_PLAN)}" > "/tmp/at/$name/command"
+  echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }${STUDY_TAG:+STUDY_TAG=$STUDY_TAG }${STUDY_RAY:+STUDY_RAY=$STUDY_RAY }${STUDY_RESUME:+STUDY_RESUME=$STUDY_RESUME }bash benchmarks/gpu/run-studies.sh $job${STUDY_PLAN:+ (from $STUDY_PLAN)}" >> "/tmp/at/$name/command"
+  command=(tune "$job")
+  if [ -n "${STUDY_RESUME:-}" ] && [ -f "$STUDY_RESUME/$name.db" ]; then
+    cp "$STUDY_RESUME/$name.db" "/tmp/at/$name/autotuner.db"
+    id=$(python3 -c "import sqlite3,sys; r=sqlite3.connect(sys.argv[1]).execute(\"select id from jobs where status in ('running','queued') order by created_at desc limit 1\").fetchone(); print(r[0] if r else '')" "/tmp/at/$name/autotuner.db")
+    [ -n "$id" ] || { echo "no unfinished job in $STUDY_RESUME/$name.db"; continue; }
+    command=(resume "$id")
+  fi
   AUTOTUNER_RAY_ADDRESS=$address AUTOTUNER_DATA_DIR=/tmp/at/$name \
-    setsid nohup python3 -m autotuner.cli tune "$job" > "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
+    setsid nohup python3 -m autotuner.cli "${command[@]}" >> "/tmp/at/logs/$name.log" 2>&1 < /dev/null &
   echo "$!" > "/tmp/at/logs/$name.pid"
-  echo "started $name (pid $!) on ${address:-a local Ray} with $gpus GPUs"
+  echo "started $name (pid $!, ${command[0]}) on ${address:-a local Ray} with $gpus GPUs"
 done

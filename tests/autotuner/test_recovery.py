@@ -219,3 +219,51 @@ def test_root_cause_names_the_innermost_error() -> None:
     except RuntimeError as outer:
         assert root_cause(outer) == "ConnectionRefusedError: port 1: refused"
     assert root_cause(ValueError("x")) == "ValueError: x"
+
+
+def test_resume_takes_over_a_job_whose_runner_elsewhere_went_silent(tmp_path) -> None:
+    """A database copied from a host that was lost: its running job's runner sends no
+    heartbeat any more, so ``autotuner resume`` may claim it; one still heartbeating, or a
+    live runner on this host, is refused."""
+    import os
+    from datetime import datetime, timedelta, timezone
+
+    from autotuner.errors import JobBusyError
+    from autotuner.jobs import take_over
+    from storage.models import JobRow
+
+    settings = Settings(data_dir=tmp_path, orphan_after_s=120)
+    ctx = JobContext.open(settings)
+    spec = parse_job_spec(
+        {
+            "name": "moved",
+            "workload": {"model": "tiny", "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
+            "cluster": {"device": "cpu"},
+        }
+    )
+    job = ctx.submit(spec)
+    ctx.store.claim(job.id, "lost-gpu-host:4242")
+    ctx.store.heartbeat(job.id, "lost-gpu-host:4242")
+    with pytest.raises(JobBusyError, match="lost-gpu-host:4242.*AUTOTUNER_ORPHAN_AFTER_S=120"):
+        take_over(ctx, job.id)
+
+    def silent_for(seconds: float) -> None:
+        with ctx.database.session() as session:
+            row = session.get(JobRow, job.id)
+            row.heartbeat_at = datetime.now(timezone.utc) - timedelta(seconds=seconds)
+
+    silent_for(60)  # within orphan_after_s: presumed alive
+    with pytest.raises(JobBusyError):
+        take_over(ctx, job.id)
+    silent_for(600)
+    claimed = take_over(ctx, job.id)
+    assert claimed.status == "running" and claimed.runner_id == runner_id()
+
+    # A live runner on this host is never taken over, however old its heartbeat.
+    other = ctx.submit(spec)
+    here = f"{runner_id().rpartition(':')[0]}:{os.getpid()}"
+    ctx.store.claim(other.id, here)
+    with ctx.database.session() as session:
+        session.get(JobRow, other.id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
+    with pytest.raises(JobBusyError):
+        take_over(ctx, other.id)
