@@ -251,7 +251,19 @@ def when(moment: datetime | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def runs_note(best: Any) -> str:
+    """A job's best throughput's runs, beside it in the jobs list: ``(median of 3, spread
+    2.1%)``, ``(1 run)``, or nothing before a best exists (``static/jobs.js`` writes the same)."""
+    if best is None or best.throughput_tokens_per_s_per_gpu is None:
+        return ""
+    runs = best.runs
+    if runs is None or runs.runs < 2:
+        return "(1 run)"
+    return f"(median of {runs.runs}, spread {runs.spread_pct or 0:.1f}%)"
+
+
 templates.env.globals.update(
+    runs_note=runs_note,
     static_url=static_url,
     fmt=fmt,
     duration=duration,

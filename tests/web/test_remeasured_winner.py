@@ -66,5 +66,10 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     assert f">{fmt(winner.median)} <" in row, row
     others = [r for r in table.split("<tr data-trial=")[1:] if f'"{summary.best}"' not in r[:8]]
     assert all("(1 run)" in r or "(median of 3" in r for r in others)
+    # The jobs list gives the best's median with its runs too.
+    listed = client.get("/").text
+    row = listed[listed.index(f'data-job-id="{job.id}"') :].split("</tr>")[0]
+    assert f"<span data-best-throughput>{fmt(winner.median)}</span>" in row
+    assert f"(median of 3, spread {winner.spread_pct:.1f}%)" in row
     assert f"re-run of #{summary.best}" in page and "predicted peak GiB" in page
     assert "memory model" in page

@@ -61,6 +61,14 @@
   const active = (status) => status === "queued" || status === "running";
   const rows = () => Array.from(table.tBodies[0].rows);
 
+  // As web.py's runs_note: the best throughput's runs.
+  function runsNote(best) {
+    if (best.throughput_tokens_per_s_per_gpu == null) return "";
+    const runs = best.runs;
+    if (!runs || runs.runs < 2) return "(1 run)";
+    return `(median of ${runs.runs}, spread ${(runs.spread_pct || 0).toFixed(1)}%)`;
+  }
+
   async function refresh() {
     const wanted = new Map(rows().filter((r) => active(r.dataset.status))
       .map((r) => [r.dataset.jobId, r]));
@@ -82,6 +90,7 @@
       row.querySelector("[data-elapsed]").textContent = autotuner.formatDuration(job.elapsed_s);
       const best = job.best || {};
       row.querySelector("[data-best-throughput]").textContent = autotuner.formatNumber(best.throughput_tokens_per_s_per_gpu);
+      row.querySelector("[data-best-runs]").textContent = runsNote(best);
       row.querySelector("[data-best-memory]").textContent = autotuner.formatNumber(best.peak_memory_gib);
     }
     return true;
