@@ -48,7 +48,8 @@ TRAIN_JOB: dict[str, Any] = {
         R + "log_prob_micro_batch_size_per_gpu": [1, 2, 4],
         "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
     },
-    # One run per baseline: these jobs test the service, not the noise (tests/web/test_noise_shown.py).
+    # One run per baseline: these jobs test the service, not the noise (``finished_job`` and
+    # tests/web/test_noise_shown.py do).
     "budget": {"max_trials": 4, "trial_timeout_s": 120, "baseline_runs": 1},
     "sampler": "random",
 }
@@ -137,7 +138,8 @@ def api(server: Server) -> Iterator[httpx.Client]:
 
 @pytest.fixture(scope="session")
 def finished_job(server: Server) -> dict[str, Any]:
-    """A train-only job of 4 trials, run to the end over HTTP."""
+    """A train-only job of 4 trials, run to the end over HTTP; its baselines run first, mid-job
+    and last (the API's noise and tie figures)."""
     with server.client() as client:
-        job_id = submit(client, TRAIN_JOB)
+        job_id = submit(client, train_job(budget={"baseline_runs": 3}))
         return wait_for(client, job_id, lambda j: j["status"] in FINISHED, 300, "finished")
