@@ -290,6 +290,7 @@ def run_train(
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
     plans = synced_plans(spec, state)
+    metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
     reload_s = 0.0
     with in_phase("old_log_prob"):
         state.model.eval()

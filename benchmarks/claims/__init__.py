@@ -71,6 +71,12 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
+from benchmarks.claims.verl_trace import (
+    verl_batching,
+    verl_batching_headline,
+    verl_trace,
+    verl_trace_headline,
+)
 
 ROOT = HERE.parent
 README = HERE / "README.md"
@@ -103,6 +109,10 @@ CLAIMS: list[Claim] = [
     Claim("engines-headline", engines_headline),
     Claim("verl-compare", verl_compare),
     Claim("verl-compare-headline", verl_compare_headline),
+    Claim("verl-trace", verl_trace),
+    Claim("verl-trace-headline", verl_trace_headline),
+    Claim("verl-batching", verl_batching),
+    Claim("verl-batching-headline", verl_batching_headline),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("packed-job-top", packed_job_top),

@@ -10,7 +10,8 @@ baseline; ``NAME=RESULTS.json#TRIAL``: a trial's config from a results file writ
   ``--no-predict``;
 - verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
   overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
-  warm-up, unless the config is named by ``--skip-verl``.
+  warm-up, unless the config is named by ``--skip-verl``; with ``--trace``, its workers'
+  own record of each log-prob pass and update (``trials.verl.trace``) comes with it.
 
 ``--train-batch-size`` / ``--ppo-mini-batch-size`` scale the job's workload (same lengths,
 fewer prompts per step) when a full step of the job is too long to repeat. The JSON file
@@ -118,6 +119,7 @@ def verl_row(result: Any) -> dict[str, Any]:
         "error": result.error_message,
         "log_tail": result.log_tail[-6000:] if not result.ok else "",
         "wall_s": result.wall_s,
+        "trace": list(result.trace),
     }
 
 
@@ -165,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-predict", action="store_true")
     parser.add_argument("--skip-verl", action="append", default=[], help="a config not run in verl")
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="record where verl's workers spend their passes (trials.verl.trace)",
+    )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -204,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
                 out.write_text(json.dumps(doc, indent=1, default=str))
             if name not in args.skip_verl:
                 vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
+                vspec.trace = args.trace
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
                 vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
                 row = verl_row(vres) | {

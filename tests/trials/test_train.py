@@ -22,6 +22,9 @@ def test_train_measures_every_sub_phase(tiny_config):
         assert timings[name] > 0
         assert metrics[f"{name}_tokens_per_s"] == pytest.approx(tokens / timings[name])
     assert metrics["optimizer_step_s"] > 0
+    sequences, t = len(spec.train_prompt_lengths), spec.train
+    assert metrics["old_log_prob_micro_batches"] == -(-sequences // t.log_prob_micro_batch_size_per_gpu)
+    assert metrics["ref_log_prob_micro_batches"] == -(-sequences // t.ref_log_prob_micro_batch_size_per_gpu)
     assert timings["actor_reload"] == metrics["actor_reload_s"] == 0.0  # no offload on CPU
 
 

@@ -5,6 +5,8 @@ checkpoint as verl and transformers read them."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +130,60 @@ def test_the_runner_draws_each_step_as_the_jobs_seed_gives_it() -> None:
         prompts = w.prompt_length.draw(w.train_batch_size, rng, w.max_prompt_length)
         w.response_length.draw(w.train_batch_size * w.n, rng, w.max_response_length)
     assert full.prompt_lengths[-w.train_batch_size :] == [int(p) for p in prompts]
+
+
+_TRACED_WORKER = """
+import json, os, sys
+import ray
+from omegaconf import OmegaConf
+from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+
+runtime_env = OmegaConf.merge(get_ppo_ray_runtime_env(), json.loads(sys.argv[1]))
+ray.init(num_cpus=1, include_dashboard=False, runtime_env=OmegaConf.to_container(runtime_env))
+
+@ray.remote
+def probe():
+    from verl.single_controller.base.decorator import MAGIC_ATTR
+    from verl.workers.engine.fsdp import transformer_impl
+    from verl.workers.engine_workers import TrainingWorker
+    wrapped = [TrainingWorker.infer_batch, TrainingWorker.train_mini_batch,
+               transformer_impl.FSDPEngine.forward_backward_batch,
+               transformer_impl.FSDPEngineWithLMHead.forward_step, transformer_impl.prepare_micro_batches]
+    return {"traced": [getattr(f, "_autotuner_traced", False) for f in wrapped],
+            "register_kept": hasattr(TrainingWorker.infer_batch, MAGIC_ATTR),
+            "folder": os.environ.get("AUTOTUNER_VERL_TRACE")}
+
+print(json.dumps(ray.get(probe.remote())))
+"""
+
+
+def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
+    """With ``trace``, the composed config has verl's Ray run the tracer in every worker it
+    starts: a worker of a Ray started as ``main_ppo`` starts it finds verl's training worker
+    and FSDP engine wrapped (verl's dispatch attributes kept) and the trace folder set."""
+    _, run = job_run_spec(GPU_JOBS[0], "traced")
+    run.trace = True
+    [report] = preflight([run], tmp_path, tmp_path / "cache", config_only=True)
+    assert "error" not in report, report
+    runtime_env = report["config"]["ray_init.runtime_env"]
+    assert runtime_env["worker_process_setup_hook"] == "trials.verl.trace.install"
+    folder = runtime_env["env_vars"]["AUTOTUNER_VERL_TRACE"]
+    assert folder.endswith("/trace")
+    env = dict(os.environ) | {"PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [verl_python(), "-c", _TRACED_WORKER, json.dumps(runtime_env)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe == {"traced": [True] * 5, "register_kept": True, "folder": folder}
+    # Untraced, the config leaves verl's Ray as it is.
+    run.trace = False
+    (tmp_path / "plain").mkdir()
+    [plain] = preflight([run], tmp_path / "plain", tmp_path / "cache", config_only=True)
+    assert "worker_process_setup_hook" not in (plain["config"]["ray_init.runtime_env"] or {})

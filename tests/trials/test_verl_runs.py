@@ -150,6 +150,7 @@ def test_two_verl_steps_of_a_small_model(tmp_path: Path) -> None:
     )
     space = build_space(job, "cuda", Settings())
     run = verl_run_spec(job, job.validate_model(), space.baseline_config(), "two-steps", steps=2)
+    run.trace = True
     result = launch_verl(run, 900, tmp_path / "cache", python=verl_python())
     assert result.status == "ok", f"{result.error_type}: {result.error_message}\n{result.log_tail[-3000:]}"
     assert len(result.steps) == 2
@@ -162,3 +163,14 @@ def test_two_verl_steps_of_a_small_model(tmp_path: Path) -> None:
     first = [x for r in drawn(run).response_lengths[: job.workload.train_batch_size] for x in r]
     assert abs(result.steps[0]["response_length/mean"] - sum(first) / len(first)) < 1e-6
     assert json.loads(result.to_json())["run_id"] == "two-steps"
+    # The trace: per step one actor and one reference log-prob pass, one update, each pass's
+    # micro-batches with their tokens and GPU seconds, all the step's tokens in them.
+    calls = [(r["call"], r["role"]) for r in result.trace if r["call"] in ("infer_batch", "train_mini_batch")]
+    assert calls == [("infer_batch", "actor"), ("infer_batch", "ref"), ("train_mini_batch", "actor")] * 2
+    passes = [r for r in result.trace if r["call"] == "forward_backward_batch"]
+    step_tokens = result.steps[0]["perf/total_num_tokens"]
+    first_old = next(r for r in passes if r["forward_only"] and r["role"] == "actor")
+    assert sum(first_old["micro_batch_tokens"]) == step_tokens
+    assert len(first_old["micro_batch_s"]) == first_old["micro_batches"] >= 1
+    assert all(s > 0 for s in first_old["micro_batch_s"])
+    assert sum(first_old["micro_batch_s"]) <= first_old["wall_s"]

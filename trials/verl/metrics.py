@@ -5,7 +5,9 @@ concat_dict_to_str``): ``step:3 - timing_s/gen:12.5 - perf/throughput:np.float64
 - ...``, each value as ``pprint.pformat`` writes it (numpy 2 scalars as ``np.float64(..)``);
 its ``file`` logger writes one JSON object per step, ``{"step": 3, "data": {...}}``, to
 ``VERL_FILE_LOGGER_PATH``. Either is parsed into ``{step: {metric: value}}``; ``summarize``
-keeps ``STEP_METRICS`` and takes the median of each over the steps after the warm-up.
+keeps ``STEP_METRICS`` and every timing and performance figure (``KEPT_PREFIXES``: the agent
+loop's timings, the passes' MFU) of each step, and takes the median of each of
+``STEP_METRICS`` over the steps after the warm-up.
 Imports nothing of verl: the launcher reads a killed run's steps too.
 """
 
@@ -18,7 +20,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from trials.verl.types import STEP_METRICS
+from trials.verl.types import KEPT_PREFIXES, STEP_METRICS
 
 _STEP = re.compile(r"(?:^|\s)step:(\d+) - ")
 # A value as pprint writes a number: 1.5, -3, 1e-05, nan, inf, np.float64(2.0), np.int64(7).
@@ -91,9 +93,14 @@ def read_steps(metrics_file: Path, log_file: Path) -> Steps:
     return {}
 
 
+def _kept(name: str) -> bool:
+    return name in STEP_METRICS or name.startswith(KEPT_PREFIXES)
+
+
 def summarize(steps: Steps, warmup_steps: int) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """Each step's ``STEP_METRICS`` in step order, and their medians after the warm-up."""
-    ordered = [{k: v for k, v in steps[s].items() if k in STEP_METRICS} for s in sorted(steps)]
+    """Each step's kept metrics in step order, and the medians of ``STEP_METRICS`` after the
+    warm-up."""
+    ordered = [{k: v for k, v in steps[s].items() if _kept(k)} for s in sorted(steps)]
     measured: dict[str, float] = {}
     for name in STEP_METRICS:
         values = [m[name] for m in ordered[warmup_steps:] if name in m and math.isfinite(m[name])]

@@ -24,6 +24,7 @@ from typing import Any
 
 from trials.errors import InvalidTrialSpec
 from trials.verl.checkpoint import tokenizer_dir
+from trials.verl.trace import SETUP_HOOK, TRACE_ENV
 from trials.verl.types import AGENT_NAME, VerlRunSpec
 
 REWARD_FILE = Path(__file__).resolve().parent / "reward.py"
@@ -59,6 +60,10 @@ class RunPaths:
     @property
     def log(self) -> Path:
         return self.workdir / "verl.log"
+
+    @property
+    def trace(self) -> Path:
+        return self.workdir / "trace"
 
 
 def hydra_value(value: Any) -> str:
@@ -105,6 +110,14 @@ def runner_settings(spec: VerlRunSpec, paths: RunPaths) -> dict[str, Any]:
         "trainer.device": spec.device,
         "+ray_kwargs.ray_init.include_dashboard": False,
         "+ray_kwargs.ray_init._temp_dir": str(paths.ray_temp_dir),
+    } | (trace_settings(paths) if spec.trace else {})
+
+
+def trace_settings(paths: RunPaths) -> dict[str, Any]:
+    """verl's Ray runs the tracer's setup in each worker it starts, told where to write."""
+    return {
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": SETUP_HOOK,
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{TRACE_ENV}": str(paths.trace),
     }
 
 

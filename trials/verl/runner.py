@@ -40,6 +40,7 @@ from trials.verl.overrides import (
     validate,
     write_agent_loops,
 )
+from trials.verl.trace import read_trace
 from trials.verl.types import VerlRunResult, VerlRunSpec
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -101,8 +102,15 @@ def preflight(spec: VerlRunSpec, paths: RunPaths, weights: bool = True) -> dict[
             "trainer.total_training_steps": config.trainer.total_training_steps,
             "trainer.logger": list(config.trainer.logger),
             "algorithm.adv_estimator": config.algorithm.adv_estimator,
+            "ray_init.runtime_env": _container(config.ray_kwargs.ray_init.get("runtime_env")),
         },
     }
+
+
+def _container(node: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(node, resolve=True) if node is not None else None
 
 
 def _continuous_token_builder(spec: VerlRunSpec, paths: RunPaths) -> str:
@@ -187,6 +195,7 @@ def collect(result: VerlRunResult, paths: RunPaths, code: int | None) -> VerlRun
     killed before it ended, the caller sets the status)."""
     result.steps, result.measured = summarize(read_steps(paths.metrics, paths.log), result.warmup_steps)
     result.log_tail = log_tail(paths.log)
+    result.trace = read_trace(paths.trace)
     if code is None:
         return result
     if code == 0 and len(result.steps) > result.warmup_steps and result.measured:

@@ -44,6 +44,9 @@ STEP_METRICS: tuple[str, ...] = (
     "response_length/max",
     "prompt_length/mean",
 )
+# Kept in each step's record too (not summarized): the phases' timings verl logs beyond the
+# above (its agent loop's among them) and its performance figures (``perf/mfu/...``).
+KEPT_PREFIXES: tuple[str, ...] = ("timing_s/", "timing_per_token_ms/", "perf/", "actor/perf/")
 
 
 @dataclass
@@ -77,6 +80,8 @@ class VerlRunSpec(JsonData):
     # verl's advantage estimator; GRPO needs no critic, which the tuner's trials do not model.
     adv_estimator: str = "grpo"
     seed: int = 0
+    # Record where the worker's training phases spend their time (``trials.verl.trace``).
+    trace: bool = False
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VerlRunSpec:
@@ -88,10 +93,11 @@ class VerlRunSpec(JsonData):
 class VerlRunResult(JsonData):
     """What verl logged, or how the run failed.
 
-    ``steps`` holds one dict of ``STEP_METRICS`` per step verl finished, in order (step 1
-    first, a warm-up); ``measured`` is the median of each metric over the steps after
+    ``steps`` holds one dict per step verl finished, in order (step 1 first, a warm-up): its
+    ``STEP_METRICS`` and the metrics under ``KEPT_PREFIXES``; ``measured`` is the median of each metric over the steps after
     the warm-up. ``versions`` names verl, vLLM or SGLang, torch and transformers as the
-    run imported them.
+    run imported them. ``trace``: the workers' records of a traced run
+    (``trials.verl.trace``), in the order the calls ended.
     """
 
     run_id: str
@@ -106,6 +112,7 @@ class VerlRunResult(JsonData):
     error_message: str | None = None
     wall_s: float = 0.0
     log_tail: str = ""
+    trace: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,195 @@
+"""What verl v0.9 spends cutting one rank's batch into micro-batches, by its own code.
+
+verl's FSDP engine starts every log-prob pass (and every mini-batch of the update) with
+``verl.workers.engine.utils.prepare_micro_batches``. With ``use_dynamic_bsz`` that is
+``rearrange_micro_batches``: Karmarkar-Karp over the sequences' workloads into
+``ceil(tokens / budget)`` partitions, then one ``index_select_tensor_dict`` per micro-batch,
+which unbinds every nested tensor of the whole batch. Both grow with sequences x
+micro-batches, so at a fixed token budget the cost grows with the square of a rank's
+sequences. It is CPU time inside verl's timed phases, which a trial does not spend.
+
+This script builds a rank's batch the way verl's trainer holds it at the old-log-prob pass
+(``DataProto`` with the tensors verl's agent loop returns and the fields of the verl
+runner's dataset, converted by verl's ``left_right_2_no_padding``), draws the lengths from a
+job spec's distributions and seed, and times verl's ``prepare_micro_batches`` on it for each
+number of sequences and token budget (``--repeats`` times each, after one untimed cut; the
+median and spread are reported). A fixed micro-batch size (``use_dynamic_bsz=False``,
+verl's ``chunk_tensordict``) is timed beside it. It runs in verl's environment:
+
+    PYTHONPATH=$PWD .venv-verl/bin/python -m benchmarks.verl_batching \\
+        --job benchmarks/jobs/qwen2.5-1.5b-grpo.yaml --out benchmarks/results/verl-batching-cpu.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from trials.lengths import step_lengths
+from trials.types import BatchDraw
+
+SEQUENCES = (256, 512, 1024, 2048)
+BUDGETS = (3584, 7168, 14336)
+FIXED_MICRO_BATCH = 4
+
+
+def lengths_of(job: dict[str, Any], sequences: int) -> tuple[list[int], list[int]]:
+    """``sequences`` (prompt, response) lengths of the job's step, as its trials draw them."""
+    w = job["workload"]
+    n = int(w.get("n", 1))
+    draw = BatchDraw(
+        prompt_length=w["prompt_length"],
+        response_length=w["response_length"],
+        max_prompt_length=int(w["max_prompt_length"]),
+        max_response_length=int(w["max_response_length"]),
+        prompts=-(-sequences // n),
+        samples_per_prompt=n,
+        seed=int(job.get("seed", 0)),
+        rollout_requests=sequences,
+        train_sequences=sequences,
+    )
+    prompts, responses = step_lengths(draw)
+    return prompts[:sequences], responses[:sequences]
+
+
+def verl_batch(prompts: list[int], responses: list[int], max_prompt: int, max_response: int) -> Any:
+    """The rank's batch as verl's trainer passes it to the old-log-prob pass."""
+    import torch
+    from verl import DataProto
+    from verl.workers.utils.padding import left_right_2_no_padding
+
+    size = len(prompts)
+    attention = torch.zeros(size, max_prompt + max_response, dtype=torch.long)
+    response_mask = torch.zeros(size, max_response, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        attention[i, max_prompt - p : max_prompt + r] = 1
+        response_mask[i, :r] = 1
+    ids = torch.randint(0, 1000, attention.shape)
+    tensors = {
+        "prompts": ids[:, :max_prompt].clone(),
+        "responses": ids[:, max_prompt:].clone(),
+        "input_ids": ids,
+        "attention_mask": attention,
+        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
+        "response_mask": response_mask,
+        "token_level_scores": torch.zeros(size, max_response),
+    }
+    rows = range(size)
+    non_tensors = {
+        "data_source": np.array(["autotuner"] * size, dtype=object),
+        "ability": np.array(["synthetic"] * size, dtype=object),
+        "reward_model": np.array([{"style": "rule", "ground_truth": ""} for _ in rows], dtype=object),
+        "extra_info": np.array([{"index": i} for i in rows], dtype=object),
+        "raw_prompt": np.array([[{"role": "user", "content": "x"}] for _ in rows], dtype=object),
+        "index": np.arange(size),
+        "uid": np.array([str(i) for i in rows], dtype=object),
+        "agent_name": np.array(["autotuner_workload"] * size, dtype=object),
+        "__num_turns__": np.full(size, 2, dtype=np.int32),
+    }
+    batch = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
+    return left_right_2_no_padding(batch.to_tensordict())
+
+
+def time_prepare(td: Any, dynamic: bool, budget: int, micro_batch_size: int, repeats: int) -> dict[str, Any]:
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import prepare_micro_batches
+
+    tu.assign_non_tensor(
+        td, use_dynamic_bsz=dynamic, max_token_len_per_gpu=budget, micro_batch_size_per_gpu=micro_batch_size
+    )
+    seconds, count = [], 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        micro_batches, _ = prepare_micro_batches(td)
+        seconds.append(time.perf_counter() - t0)
+        count = len(micro_batches)
+    median = statistics.median(seconds)
+    return {
+        "micro_batches": count,
+        "seconds": seconds,
+        "median_s": median,
+        "spread_pct": 100 * (max(seconds) - min(seconds)) / median,
+        "per_micro_batch_ms": 1000 * median / count,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| sequences | tokens | cut | micro-batches | seconds (median) | spread | ms per micro-batch |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cut = (
+            f"dynamic, {r['budget']} tokens" if r["dynamic"] else f"fixed, {r['micro_batch_size']} sequences"
+        )
+        lines.append(
+            f"| {r['sequences']} | {r['tokens']} | {cut} | {r['micro_batches']} | {r['median_s']:.3f} | "
+            f"{r['spread_pct']:.0f}% | {r['per_micro_batch_ms']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--sequences", type=int, nargs="+", default=list(SEQUENCES))
+    parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    job = yaml.safe_load(Path(args.job).read_text())
+    w = job["workload"]
+    rows: list[dict[str, Any]] = []
+    warm = True  # the first cut in a process pays for lazy imports and set-up: done untimed
+    for sequences in args.sequences:
+        prompts, responses = lengths_of(job, sequences)
+        td = verl_batch(prompts, responses, int(w["max_prompt_length"]), int(w["max_response_length"]))
+        tokens = sum(prompts) + sum(responses)
+        cuts = [(True, b, FIXED_MICRO_BATCH) for b in args.budgets] + [(False, 0, FIXED_MICRO_BATCH)]
+        if warm:
+            time_prepare(td, True, max(args.budgets), FIXED_MICRO_BATCH, 1)
+            warm = False
+        for dynamic, budget, micro_batch_size in cuts:
+            timing = time_prepare(td, dynamic, budget, micro_batch_size, args.repeats)
+            row = {"sequences": sequences, "tokens": tokens, "dynamic": dynamic, "budget": budget}
+            rows.append(row | {"micro_batch_size": micro_batch_size} | timing)
+            print(table(rows[-1:]).splitlines()[-1], flush=True)
+    doc = {
+        "what": "Seconds verl v0.9's prepare_micro_batches takes to cut one rank's batch into micro-batches "
+        "(benchmarks/verl_batching.py), by its own code, on the CPU",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "device": f"{cpu_name()}, {os.cpu_count()} cores (the cut runs on the CPU in verl's worker)",
+        "software": {name: metadata.version(name) for name in ("verl", "torch", "tensordict")},
+        "command": "PYTHONPATH=$PWD .venv-verl/bin/python -m benchmarks.verl_batching "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+        "job": args.job,
+        "rows": rows,
+    }
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,257 @@
+"""Where verl's training phases spend their time inside its workers (opt-in).
+
+verl's ``timing_s/old_log_prob``, ``timing_s/ref`` and ``timing_s/update_actor`` are
+measured by its driver around a worker-group call: they hold the driver's batch
+conversions, Ray's transfers and the worker's own pass. With ``VerlRunSpec.trace`` the
+runner has verl's Ray run ``install`` in every worker process it starts
+(``ray_init.runtime_env.worker_process_setup_hook``), and ``install`` wraps verl v0.9's
+unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its FSDP engine
+(``verl.workers.engine.fsdp.transformer_impl``) so that each call appends one JSON line to
+``$AUTOTUNER_VERL_TRACE/trace-<pid>.jsonl``:
+
+- ``infer_batch`` (a log-prob pass; ``role`` ``actor`` or ``ref``) and ``train_mini_batch``
+  (the actor's update): the worker's seconds, the GPU synchronised at both ends;
+- ``forward_backward_batch`` (one pass over a batch's micro-batches; the update runs one per
+  mini-batch): its seconds, the seconds verl took to cut it into micro-batches
+  (``prepare_s``), and per micro-batch its tokens and its GPU seconds (CUDA events at each
+  micro-batch's start and at the end: the forward, the backward where there is one, and
+  any time the GPU waited for the CPU), and the batch's entries by kind (``data_keys``:
+  nested, dense or other tensors, the ones verl's cut has to slice);
+- ``optimizer_step``: its seconds;
+
+each with the CUDA caching allocator's retries (``alloc_retries``: a full free-and-retry
+of the cache, slow), device allocations and frees during the call. The syncs at the ends
+of a call cost what a ``.item()`` costs; nothing is added inside a micro-batch.
+
+Without ``AUTOTUNER_VERL_TRACE`` or without verl's unified-engine worker, ``install``
+changes nothing. ``read_trace`` reads the records back in the order they were written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+TRACE_ENV = "AUTOTUNER_VERL_TRACE"
+SETUP_HOOK = "trials.verl.trace.install"
+_ALLOC_STATS = {
+    "alloc_retries": "num_alloc_retries",
+    "device_allocs": "num_device_alloc",
+    "device_frees": "num_device_free",
+}
+# The micro-batch marks of the engine's pass now running (one pass at a time per process),
+# and the seconds its ``prepare_micro_batches`` took.
+_marks: list[tuple[Any, int]] | None = None
+_last_prepare_s = [0.0]
+
+
+def install() -> None:
+    """Wrap verl's worker and engine in this process when ``AUTOTUNER_VERL_TRACE`` is set."""
+    folder = os.environ.get(TRACE_ENV)
+    if not folder:
+        return
+    try:
+        from verl.workers import engine_workers
+        from verl.workers.engine.fsdp import transformer_impl
+    except ImportError:
+        return
+    out = Path(folder) / f"trace-{os.getpid()}.jsonl"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    worker = engine_workers.TrainingWorker
+    engine = transformer_impl.FSDPEngine
+    _wrap(worker, "infer_batch", out, _role_of_worker)
+    _wrap(worker, "train_mini_batch", out, _role_of_worker)
+    _wrap(engine, "optimizer_step", out, _role_of_engine)
+    _wrap_pass(engine, out)
+    _wrap_micro_batches(transformer_impl)
+    _wrap_forward_step(transformer_impl.FSDPEngineWithLMHead)
+
+
+def read_trace(folder: Path) -> list[dict[str, Any]]:
+    """Every record under ``folder``, by the time each call ended (a torn line skipped)."""
+    records: list[dict[str, Any]] = []
+    for path in sorted(Path(folder).glob("trace-*.jsonl")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+    return sorted(records, key=lambda r: r.get("end", 0.0))
+
+
+def _role_of_worker(worker: Any) -> str:
+    return _role_of_engine(getattr(worker, "engine", None))
+
+
+def _role_of_engine(engine: Any) -> str:
+    config = getattr(engine, "engine_config", None)
+    return "ref" if getattr(config, "forward_only", False) else "actor"
+
+
+def _cuda() -> Any:
+    import torch
+
+    return torch.cuda if torch.cuda.is_available() else None
+
+
+def _alloc_counts(cuda: Any) -> dict[str, int]:
+    if cuda is None:
+        return {}
+    stats = cuda.memory_stats()
+    return {name: int(stats.get(key, 0)) for name, key in _ALLOC_STATS.items()}
+
+
+def _write(out: Path, record: dict[str, Any]) -> None:
+    with open(out, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def _timed_call(
+    out: Path, call: str, role: str, fn: Callable[[], Any], extra: Callable[[], dict[str, Any]] | None = None
+) -> Any:
+    """Run ``fn`` between two GPU syncs and append its record to ``out``."""
+    cuda = _cuda()
+    if cuda is not None:
+        cuda.synchronize()
+    before = _alloc_counts(cuda)
+    start = time.time()
+    t0 = time.perf_counter()
+    result = fn()
+    if cuda is not None:
+        cuda.synchronize()
+    wall_s = time.perf_counter() - t0
+    after = _alloc_counts(cuda)
+    record: dict[str, Any] = {"call": call, "role": role, "pid": os.getpid(), "start": start}
+    record.update(end=time.time(), wall_s=wall_s)
+    record.update({name: after[name] - before.get(name, 0) for name in after})
+    if cuda is not None:
+        record["max_allocated_gib"] = cuda.max_memory_allocated() / (1 << 30)
+        record["reserved_gib"] = cuda.memory_reserved() / (1 << 30)
+    if extra is not None:
+        record.update(extra())
+    _write(out, record)
+    return result
+
+
+def _wrap(cls: type, name: str, out: Path, role_of: Callable[[Any], str]) -> None:
+    original = getattr(cls, name, None)
+    if original is None or getattr(original, "_autotuner_traced", False):
+        return
+
+    @functools.wraps(original)
+    def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return _timed_call(out, name, role_of(self), lambda: original(self, *args, **kwargs))
+
+    traced._autotuner_traced = True  # type: ignore[attr-defined]
+    setattr(cls, name, traced)
+
+
+def _wrap_pass(engine: type, out: Path) -> None:
+    """``forward_backward_batch`` with its micro-batches' marks and ``prepare_s``."""
+    original = engine.forward_backward_batch
+    if getattr(original, "_autotuner_traced", False):
+        return
+
+    @functools.wraps(original)
+    def traced(self: Any, data: Any, loss_function: Any, forward_only: bool = False) -> Any:
+        global _marks
+        _marks = []
+        _last_prepare_s[0] = 0.0
+        state: dict[str, Any] = {}
+
+        def run() -> Any:
+            result = original(self, data, loss_function, forward_only=forward_only)
+            cuda = _cuda()
+            if cuda is not None:
+                end = cuda.Event(enable_timing=True)
+                end.record()
+                state["end"] = end
+            return result
+
+        def extra() -> dict[str, Any]:
+            marks, end = _marks or [], state.get("end")
+            seconds = []
+            if end is not None:
+                events = [event for event, _ in marks] + [end]
+                seconds = [events[i].elapsed_time(events[i + 1]) / 1000 for i in range(len(marks))]
+            return {
+                "forward_only": bool(forward_only),
+                "micro_batches": len(marks),
+                "micro_batch_tokens": [tokens for _, tokens in marks],
+                "micro_batch_s": seconds,
+                "prepare_s": _last_prepare_s[0],
+                "data_keys": _keys(data),
+            }
+
+        try:
+            return _timed_call(out, "forward_backward_batch", _role_of_engine(self), run, extra)
+        finally:
+            _marks = None
+
+    traced._autotuner_traced = True  # type: ignore[attr-defined]
+    engine.forward_backward_batch = traced
+
+
+def _keys(data: Any) -> dict[str, list[str]]:
+    """The batch's entries by kind: what verl's cut into micro-batches has to slice."""
+    kinds: dict[str, list[str]] = {"nested": [], "dense": [], "other": []}
+    try:
+        for key, value in data.items():
+            is_tensor = hasattr(value, "is_nested") and hasattr(value, "dtype")
+            kind = ("nested" if value.is_nested else "dense") if is_tensor else "other"
+            kinds[kind].append(str(key))
+    except Exception:  # noqa: BLE001  (a diagnostic never breaks the pass)
+        pass
+    return kinds
+
+
+def _wrap_micro_batches(module: Any) -> None:
+    """The engine module's ``prepare_micro_batches``, timed on the CPU."""
+    original = module.prepare_micro_batches
+    if getattr(original, "_autotuner_traced", False):
+        return
+
+    @functools.wraps(original)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _last_prepare_s[0] = time.perf_counter() - t0
+
+    traced._autotuner_traced = True  # type: ignore[attr-defined]
+    module.prepare_micro_batches = traced
+
+
+def _tokens(micro_batch: Any) -> int:
+    try:
+        ids = micro_batch["input_ids"]
+        return int(ids.values().numel()) if getattr(ids, "is_nested", False) else int(ids.numel())
+    except Exception:  # noqa: BLE001  (a diagnostic never breaks the pass)
+        return 0
+
+
+def _wrap_forward_step(engine: type) -> None:
+    """Mark each micro-batch's start on the GPU stream (no sync)."""
+    original = engine.forward_step
+    if getattr(original, "_autotuner_traced", False):
+        return
+
+    @functools.wraps(original)
+    def traced(self: Any, micro_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        cuda = _cuda()
+        if _marks is not None and cuda is not None:
+            event = cuda.Event(enable_timing=True)
+            event.record()
+            _marks.append((event, _tokens(micro_batch)))
+        return original(self, micro_batch, *args, **kwargs)
+
+    traced._autotuner_traced = True  # type: ignore[attr-defined]
+    engine.forward_step = traced
