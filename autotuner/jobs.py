@@ -42,6 +42,8 @@ from autotuner.verification import (
     job_verification,
     resolve_verify_in_verl,
     stored_verdicts,
+    verl_cut_env,
+    verl_environment,
 )
 from storage import (
     Database,
@@ -267,7 +269,8 @@ class _Run:
         when the job was lost to another runner before its study was opened."""
         ctx, settings, job_id = self.ctx, self.ctx.settings, self.job_id
         device = resolve_device(spec)
-        verified = self.verified = resolve_verify_in_verl(spec, device, settings)
+        verl_python = verl_environment(settings) if device == "cuda" and spec.cluster.nnodes == 1 else None
+        verified = self.verified = resolve_verify_in_verl(spec, device, settings, lambda _: verl_python)
         space = build_space(spec, device, settings)
         hold_setup(settings, self.stopping)
         check_engine_environment(spec, device, settings)
@@ -296,6 +299,7 @@ class _Run:
             memory_cap_gib=cap,
             cpus_per_trial=max(1.0, cpus // spec.budget.max_concurrent_trials),
             memory_model=StudyRunner.default_memory_model(spec, space, cap),
+            verl_cut_env=verl_cut_env(verl_python, settings),
             hooks=_with_progress(
                 ctx, job_id, self.me, hooks, already=sum(1 for r in records(study) if r.measured)
             ),

@@ -197,6 +197,9 @@ class StudyRunner:
     )
     # Runs in verl itself once the finalists are re-measured (``autotuner.verification``).
     verification: JobVerification | None = None
+    # verl's environment on the trials' host: each trial has it time verl's own cut of the
+    # trial's batch into micro-batches (``TrialSpec.verl_cut_env``). Empty: not timed.
+    verl_cut_env: dict[str, str] = field(default_factory=dict)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _feasibility: Feasibility = field(default_factory=Feasibility)
     _breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
@@ -472,6 +475,7 @@ class StudyRunner:
         )
         if repeat_of is None and spec.trial_gpus == 1:
             spec.reused_rollout = rollout_donor(self.spec, self._state.ran, config)
+        spec.verl_cut_env = dict(self.verl_cut_env)
         return spec
 
     def _started(self, trial_id: str) -> None:

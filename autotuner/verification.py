@@ -70,6 +70,15 @@ def verl_environment(settings: Settings) -> str | None:
     return python
 
 
+def verl_cut_env(python: str | None, settings: Settings) -> dict[str, str]:
+    """What a trial needs to time verl's cut of its batch (``TrialSpec.verl_cut_env``): verl's
+    Python and, where set, its ``PYTHONPATH``; empty without verl's environment."""
+    if python is None:
+        return {}
+    pythonpath = settings.trial_env_for(VERL).get("PYTHONPATH")
+    return {"python": python} | ({"PYTHONPATH": pythonpath} if pythonpath else {})
+
+
 def check_verification(spec: JobSpec, device: str) -> None:
     """Refuse an explicit ``budget.verify_in_verl`` the job's hardware cannot run.
 

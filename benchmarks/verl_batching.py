@@ -9,8 +9,7 @@ micro-batches, so at a fixed token budget the cost grows with the square of a ra
 sequences. It is CPU time inside verl's timed phases, which a trial does not spend.
 
 This script builds a rank's batch the way verl's trainer holds it at the old-log-prob pass
-(``DataProto`` with the tensors verl's agent loop returns and the fields of the verl
-runner's dataset, converted by verl's ``left_right_2_no_padding``), draws the lengths from a
+(``trials.verl.cut.verl_batch``, as the trials do), draws the lengths from a
 job spec's distributions and seed, and times verl's ``prepare_micro_batches`` on it for each
 number of sequences and token budget (``--repeats`` times each, after one untimed cut; the
 median and spread are reported). A fixed micro-batch size (``use_dynamic_bsz=False``,
@@ -33,11 +32,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
 from trials.lengths import step_lengths
 from trials.types import BatchDraw
+from trials.verl.cut import prepare_seconds, verl_batch
 
 SEQUENCES = (256, 512, 1024, 2048)
 BUDGETS = (3584, 7168, 14336)
@@ -63,57 +62,11 @@ def lengths_of(job: dict[str, Any], sequences: int) -> tuple[list[int], list[int
     return prompts[:sequences], responses[:sequences]
 
 
-def verl_batch(prompts: list[int], responses: list[int], max_prompt: int, max_response: int) -> Any:
-    """The rank's batch as verl's trainer passes it to the old-log-prob pass."""
-    import torch
-    from verl import DataProto
-    from verl.workers.utils.padding import left_right_2_no_padding
-
-    size = len(prompts)
-    attention = torch.zeros(size, max_prompt + max_response, dtype=torch.long)
-    response_mask = torch.zeros(size, max_response, dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        attention[i, max_prompt - p : max_prompt + r] = 1
-        response_mask[i, :r] = 1
-    ids = torch.randint(0, 1000, attention.shape)
-    tensors = {
-        "prompts": ids[:, :max_prompt].clone(),
-        "responses": ids[:, max_prompt:].clone(),
-        "input_ids": ids,
-        "attention_mask": attention,
-        "position_ids": (attention.cumsum(-1) - 1).clamp(min=0),
-        "response_mask": response_mask,
-        "token_level_scores": torch.zeros(size, max_response),
-    }
-    rows = range(size)
-    non_tensors = {
-        "data_source": np.array(["autotuner"] * size, dtype=object),
-        "ability": np.array(["synthetic"] * size, dtype=object),
-        "reward_model": np.array([{"style": "rule", "ground_truth": ""} for _ in rows], dtype=object),
-        "extra_info": np.array([{"index": i} for i in rows], dtype=object),
-        "raw_prompt": np.array([[{"role": "user", "content": "x"}] for _ in rows], dtype=object),
-        "index": np.arange(size),
-        "uid": np.array([str(i) for i in rows], dtype=object),
-        "agent_name": np.array(["autotuner_workload"] * size, dtype=object),
-        "__num_turns__": np.full(size, 2, dtype=np.int32),
-    }
-    batch = DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
-    return left_right_2_no_padding(batch.to_tensordict())
-
-
 def time_prepare(td: Any, dynamic: bool, budget: int, micro_batch_size: int, repeats: int) -> dict[str, Any]:
-    from verl.utils import tensordict_utils as tu
-    from verl.workers.engine.utils import prepare_micro_batches
-
-    tu.assign_non_tensor(
-        td, use_dynamic_bsz=dynamic, max_token_len_per_gpu=budget, micro_batch_size_per_gpu=micro_batch_size
-    )
     seconds, count = [], 0
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        micro_batches, _ = prepare_micro_batches(td)
-        seconds.append(time.perf_counter() - t0)
-        count = len(micro_batches)
+        t, count = prepare_seconds(td, dynamic, budget, micro_batch_size)
+        seconds.append(t)
     median = statistics.median(seconds)
     return {
         "micro_batches": count,

@@ -41,6 +41,7 @@ from trials.distributed import actor_world
 from trials.errors import InvalidTrialSpec, TrialError
 from trials.phases import in_phase
 from trials.types import TrialSpec
+from trials.verl.cut import CutPlan, measure
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
@@ -291,6 +292,8 @@ def run_train(
     metrics.update(state.metrics())
     plans = synced_plans(spec, state)
     metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
+    cut = verl_cut(spec)
+    metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items()})
     reload_s = 0.0
     with in_phase("old_log_prob"):
         state.model.eval()
@@ -299,13 +302,13 @@ def run_train(
         seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec))
         _record_allocated_peak("old_log_prob", setup, metrics)
         reload_s += state.offload_params()
-        _record("old_log_prob", seconds, metrics, timings)
+        _record("old_log_prob", seconds + cut.get("old_log_prob", 0.0), metrics, timings)
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             _reset_allocated_peak(setup)
             seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
             _record_allocated_peak("ref_log_prob", setup, metrics)
-            _record("ref_log_prob", seconds, metrics, timings)
+            _record("ref_log_prob", seconds + cut.get("ref_log_prob", 0.0), metrics, timings)
     with in_phase("update_actor"):
         state.model.train()
         reload_s += state.load_params() + state.load_optimizer()
@@ -314,9 +317,34 @@ def run_train(
         _record_allocated_peak("update_actor", setup, metrics)
         reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
-        _record("update_actor", seconds, metrics, timings)
+        _record("update_actor", seconds + cut.get("update_actor", 0.0), metrics, timings)
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
+
+
+def verl_cut(spec: TrialSpec) -> dict[str, float]:
+    """Per phase, the seconds verl's own cut of this rank's batch into micro-batches takes on
+    this host's CPU (``trials.verl.cut``), where the spec names verl's environment; else,
+    or when it cannot be timed, none."""
+    if not spec.verl_cut_env:
+        return {}
+    t = spec.train
+    b = spec.batch
+    plan = CutPlan(
+        prompt_lengths=list(spec.train_prompt_lengths),
+        response_lengths=list(spec.train_response_lengths),
+        max_prompt_length=b.max_prompt_length if b else max(spec.train_prompt_lengths),
+        max_response_length=b.max_response_length if b else max(spec.train_response_lengths),
+        use_dynamic_bsz=t.use_dynamic_bsz,
+        log_prob_max_token_len=t.log_prob_max_token_len_per_gpu,
+        ppo_max_token_len=t.ppo_max_token_len_per_gpu,
+        log_prob_micro_batch_size=t.log_prob_micro_batch_size_per_gpu,
+        ref_log_prob_micro_batch_size=t.ref_log_prob_micro_batch_size_per_gpu,
+        ppo_micro_batch_size=t.ppo_micro_batch_size_per_gpu,
+        mini_batch_size=spec.local_mini_batch_size,
+        use_ref=t.use_ref,
+    )
+    return measure(plan, spec.verl_cut_env) or {}
 
 
 def _reset_allocated_peak(setup: _Setup) -> None:

@@ -195,6 +195,10 @@ class TrialSpec(JsonData):
     # then will not fit after the rollout either: the trial fails in seconds instead of
     # after the engine's start-up and the whole rollout.
     train_probe: bool = False
+    # verl's environment on this host ({"python": ..., "PYTHONPATH": ...}): where given, the
+    # trial has it time verl's own cut of the trial's batch into micro-batches and counts
+    # those seconds in the phases verl spends them in (``trials.verl.cut``). Empty: not timed.
+    verl_cut_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialSpec:

@@ -6,8 +6,8 @@ baseline; ``NAME=RESULTS.json#TRIAL``: a trial's config from a results file writ
 ``dump_results``), each round runs, config after config:
 
 - the tuner's trial of that config (``trials.launcher.launch_trial``, the trial spec the
-  job's runner would build: its predicted step throughput and phase times), unless
-  ``--no-predict``;
+  job's runner would build: its predicted step throughput and phase times, verl's own cut
+  into micro-batches counted in unless ``--no-verl-cut``), unless ``--no-predict``;
 - verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
   overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
   warm-up, unless the config is named by ``--skip-verl``; with ``--trace``, its workers'
@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="record where verl's workers spend their passes (trials.verl.trace)",
     )
+    parser.add_argument(
+        "--no-verl-cut", action="store_true", help="trials leave out verl's cut into micro-batches"
+    )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -203,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, config in configs.items():
             if not args.no_predict:
                 tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
+                if args.verl_pythonpath and not args.no_verl_cut:
+                    tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
                 print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)
                 result = launch_trial(tspec, args.trial_timeout)
                 row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd}

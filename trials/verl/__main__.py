@@ -1,9 +1,11 @@
 """``python -m trials.verl preflight|run --spec SPEC.json --out OUT.json --workdir DIR
---cache-dir DIR --ray-temp-dir DIR`` in verl's environment.
+--cache-dir DIR --ray-temp-dir DIR`` and ``python -m trials.verl cut --spec PLAN.json --out
+OUT.json`` in verl's environment.
 
 ``preflight`` writes the run's files, composes the config and runs verl's own checks on it,
 and writes what it checked as JSON (a list, one report per ``--spec``); ``run`` then runs
-verl's trainer and writes the ``VerlRunResult``. Run by ``trials.verl.launch`` as the
+verl's trainer and writes the ``VerlRunResult``; ``cut`` times verl's cut of a rank's batch
+into micro-batches per phase (``trials.verl.cut``). Run by ``trials.verl.launch`` as the
 leader of a process session of its own: on SIGTERM (the launcher's deadline, or its
 parent's death: the kernel sends it then) it kills its whole group, verl's trainer and
 verl's Ray with it.
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 from trials.launcher import sigterm_when_parent_dies
+from trials.verl.cut import CutPlan, cut_seconds
 from trials.verl.runner import preflight, run, run_paths
 from trials.verl.types import VerlRunSpec
 
@@ -42,18 +45,29 @@ def _write(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trials.verl")
-    parser.add_argument("command", choices=("preflight", "run"))
+    parser.add_argument("command", choices=("preflight", "run", "cut"))
     parser.add_argument("--spec", required=True, action="append", help="preflight: one or more")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--workdir", required=True)
-    parser.add_argument("--cache-dir", required=True)
-    parser.add_argument("--ray-temp-dir", required=True)
+    parser.add_argument("--workdir")
+    parser.add_argument("--cache-dir")
+    parser.add_argument("--ray-temp-dir")
     parser.add_argument(
         "--config-only",
         action="store_true",
         help="preflight: a checkpoint of config and tokenizer, no weights",
     )
     args = parser.parse_args(argv)
+    if args.command == "cut":
+        plan = CutPlan(**json.loads(Path(args.spec[0]).read_text()))
+        _write(args.out, json.dumps(cut_seconds(plan)))
+        return 0
+    missing = [
+        f"--{name.replace('_', '-')}"
+        for name in ("workdir", "cache_dir", "ray_temp_dir")
+        if not getattr(args, name)
+    ]
+    if missing:
+        parser.error(f"{args.command} needs {', '.join(missing)}")
     _die_with_group()
     specs = [VerlRunSpec.from_json(Path(path).read_text()) for path in args.spec]
     if args.command == "preflight":  # one report per spec, in order; a refusal is reported

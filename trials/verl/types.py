@@ -94,10 +94,10 @@ class VerlRunResult(JsonData):
     """What verl logged, or how the run failed.
 
     ``steps`` holds one dict per step verl finished, in order (step 1 first, a warm-up): its
-    ``STEP_METRICS`` and the metrics under ``KEPT_PREFIXES``; ``measured`` is the median of each metric over the steps after
-    the warm-up. ``versions`` names verl, vLLM or SGLang, torch and transformers as the
-    run imported them. ``trace``: the workers' records of a traced run
-    (``trials.verl.trace``), in the order the calls ended.
+    ``STEP_METRICS`` and the metrics under ``KEPT_PREFIXES``; ``measured`` is the median of
+    each of ``STEP_METRICS`` over the steps after the warm-up. ``versions`` names verl,
+    vLLM or SGLang, torch and transformers as the run imported them. ``trace``: the
+    workers' records of a traced run (``trials.verl.trace``), in the order the calls ended.
     """
 
     run_id: str

@@ -1,0 +1,72 @@
+"""verl's own cut of a rank's batch into micro-batches, timed in verl's environment, and a
+trial counting it in the phases verl spends it in."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from trial_helpers import make_spec
+from verl_helpers import GPU_JOBS, verl_python
+
+from trials.lengths import step_lengths
+from trials.train import run_train
+from trials.types import BatchDraw
+from trials.verl.cut import PHASES, CutPlan, measure
+
+pytestmark = pytest.mark.slow
+
+JOB = next(path for path in GPU_JOBS if path.name == "qwen2.5-1.5b-grpo.yaml")
+
+
+def _plan(budget: int, use_ref: bool = True) -> CutPlan:
+    """The job's first 256 sequences (its 32 x 8 step) cut at ``budget`` tokens."""
+    w = yaml.safe_load(Path(JOB).read_text())["workload"]
+    draw = BatchDraw(w["prompt_length"], w["response_length"], w["max_prompt_length"],
+                     w["max_response_length"], 32, 8, 0, 256, 256)  # fmt: skip
+    prompts, responses = step_lengths(draw)
+    return CutPlan(
+        prompt_lengths=prompts,
+        response_lengths=responses,
+        max_prompt_length=w["max_prompt_length"],
+        max_response_length=w["max_response_length"],
+        use_dynamic_bsz=True,
+        log_prob_max_token_len=budget,
+        ppo_max_token_len=budget,
+        log_prob_micro_batch_size=2,
+        ref_log_prob_micro_batch_size=2,
+        ppo_micro_batch_size=2,
+        mini_batch_size=64,
+        use_ref=use_ref,
+    )
+
+
+def test_more_micro_batches_cost_verl_more_to_cut() -> None:
+    env = {"python": verl_python()}
+    many = measure(_plan(3584), env)  # 67 micro-batches per log-prob pass
+    few = measure(_plan(65536, use_ref=False), env)  # 4
+    assert many is not None and few is not None
+    assert set(many) == set(PHASES) and set(few) == {"old_log_prob", "update_actor"}
+    assert all(seconds > 0 for seconds in [*many.values(), *few.values()])
+    assert many["old_log_prob"] > 4 * few["old_log_prob"]
+
+
+def test_without_verl_the_cut_is_not_timed() -> None:
+    assert measure(_plan(3584), {"python": "/nonexistent/python"}) is None
+
+
+def test_a_trial_counts_verls_cut_in_its_phases(tiny_config) -> None:
+    spec = make_spec(tiny_config, phases=["train"], verl_cut_env={"python": verl_python()})
+    spec.train.use_dynamic_bsz = True
+    spec.train.log_prob_max_token_len_per_gpu = spec.train.ppo_max_token_len_per_gpu = 256
+    metrics, timings = {}, {}
+    run_train(spec, "float32", metrics, timings)
+    for phase in PHASES:
+        cut = metrics[f"{phase}_verl_cut_s"]
+        assert 0 < cut < timings[phase]
+        assert metrics[f"{phase}_tokens_per_s"] == pytest.approx(metrics["train_tokens"] / timings[phase])
+    # Without verl's environment the trial measures the same phases, with no cut in them.
+    plain_metrics: dict[str, float] = {}
+    run_train(make_spec(tiny_config, phases=["train"]), "float32", plain_metrics, {})
+    assert not any(k.endswith("_verl_cut_s") for k in plain_metrics)
