@@ -72,11 +72,13 @@ def verl_environment(settings: Settings) -> str | None:
 
 def verl_cut_env(python: str | None, settings: Settings) -> dict[str, str]:
     """What a trial needs to time verl's cut of its batch (``TrialSpec.verl_cut_env``): verl's
-    Python and, where set, its ``PYTHONPATH``; empty without verl's environment."""
+    Python, where set its ``PYTHONPATH``, and the folder of cuts already timed (beside the
+    compile caches); empty without verl's environment."""
     if python is None:
         return {}
+    env = {"python": python, "cache_dir": str(settings.resolved_compile_cache_dir / "verl-cut")}
     pythonpath = settings.trial_env_for(VERL).get("PYTHONPATH")
-    return {"python": python} | ({"PYTHONPATH": pythonpath} if pythonpath else {})
+    return env | ({"PYTHONPATH": pythonpath} if pythonpath else {})
 
 
 def check_verification(spec: JobSpec, device: str) -> None:

@@ -195,9 +195,11 @@ class TrialSpec(JsonData):
     # then will not fit after the rollout either: the trial fails in seconds instead of
     # after the engine's start-up and the whole rollout.
     train_probe: bool = False
-    # verl's environment on this host ({"python": ..., "PYTHONPATH": ...}): where given, the
-    # trial has it time verl's own cut of the trial's batch into micro-batches and counts
-    # those seconds in the phases verl spends them in (``trials.verl.cut``). Empty: not timed.
+    # verl's environment on this host ({"python": ..., "PYTHONPATH": ..., "cache_dir": ...}):
+    # where given, the trial has it time verl's own cut of the trial's batch into
+    # micro-batches and counts those seconds in the phases verl spends them in
+    # (``trials.verl.cut``; a cut timed before on this host is read from ``cache_dir``).
+    # Empty: not timed.
     verl_cut_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod

@@ -273,3 +273,19 @@ def test_once_a_baseline_ran_twice_the_patience_band_is_the_measured_noise(lands
         f"stopped early: the Pareto front has not improved beyond the {band:.3g}% noise band "
         "(measured on 4 runs of 2 baseline(s)) in the last 5 measured trials"
     ), summary.stop_reason
+
+
+def test_each_trial_gets_verls_environment_to_time_its_cut(landscape, tmp_path) -> None:
+    runner, study, executor = _runner(landscape, tmp_path, max_trials=3)
+    runner.verl_cut_env = {"python": "/opt/verl/bin/python", "cache_dir": "/data/verl-cut"}
+    sent: list[dict[str, str]] = []
+    submit = executor.submit
+
+    def recorded(spec, resources, timeout_s):
+        sent.append(dict(spec.verl_cut_env))
+        submit(spec, resources, timeout_s)
+
+    executor.submit = recorded
+    runner.enqueue_baseline()
+    runner.run()
+    assert len(sent) >= 3 and all(env == runner.verl_cut_env for env in sent)

@@ -28,6 +28,7 @@ from autotuner.verification import (
     chosen_trials,
     interleave,
     resolve_verify_in_verl,
+    verl_cut_env,
     verl_environment,
 )
 from autotuner.verl_results import VerlVerdict, prediction_error_pct, verdicts_of
@@ -96,6 +97,21 @@ def test_a_gpu_job_verifies_two_when_verls_environment_is_found(
     # An explicit count stands either way (a run without verl records why it failed).
     assert resolve_verify_in_verl(parse_job_spec(_job(verify_in_verl=3)), "cuda", Settings()) == 3
     assert resolve_verify_in_verl(parse_job_spec(_job(verify_in_verl=0)), "cuda", Settings()) == 0
+
+
+def test_trials_get_verls_environment_to_time_its_cut_where_it_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The trials of a job whose runner found verl get its Python, its PYTHONPATH and a
+    folder for the cuts already timed, beside the compile caches; without verl, nothing."""
+    monkeypatch.setenv("AUTOTUNER_COMPILE_CACHE_DIR", str(tmp_path / "cc"))
+    monkeypatch.setenv("AUTOTUNER_ENGINE_PYTHONPATH__VERL", str(tmp_path / "site"))
+    assert verl_cut_env(None, Settings()) == {}
+    assert verl_cut_env("/opt/verl/bin/python", Settings()) == {
+        "python": "/opt/verl/bin/python",
+        "PYTHONPATH": str(tmp_path / "site"),
+        "cache_dir": str(tmp_path / "cc" / "verl-cut"),
+    }
 
 
 def test_a_world_of_several_nodes_is_not_verified() -> None:

@@ -70,3 +70,15 @@ def test_a_trial_counts_verls_cut_in_its_phases(tiny_config) -> None:
     plain_metrics: dict[str, float] = {}
     run_train(make_spec(tiny_config, phases=["train"]), "float32", plain_metrics, {})
     assert not any(k.endswith("_verl_cut_s") for k in plain_metrics)
+
+
+def test_a_cut_timed_on_this_host_is_read_back(tmp_path: Path) -> None:
+    """Trials of one job share their batch: the second trial with the same plan reads the
+    first one's timing back instead of timing it again; another plan is timed afresh."""
+    env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    first = measure(_plan(3584), env)
+    assert first is not None and len(list((tmp_path / "cuts").glob("*.json"))) == 1
+    assert measure(_plan(3584), env) == first  # timed again, the floats would differ
+    other = measure(_plan(7168), env)
+    assert other is not None and other != first
+    assert len(list((tmp_path / "cuts").glob("*.json"))) == 2

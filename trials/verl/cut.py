@@ -18,9 +18,11 @@ after one untimed cut.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import socket
 import subprocess
 import tempfile
 import time
@@ -129,7 +131,36 @@ def cut_seconds(plan: CutPlan) -> dict[str, float]:
 
 def measure(plan: CutPlan, env: dict[str, str], timeout_s: float = 900.0) -> dict[str, float] | None:
     """``cut_seconds(plan)`` in verl's environment (``env``: its ``python`` and, where set, its
-    ``PYTHONPATH``), or None when that fails (logged: the trial then goes on without it)."""
+    ``PYTHONPATH``), or None when that fails (logged: the trial then goes on without it).
+
+    With ``env["cache_dir"]``, a cut already timed on this host for the same plan by the same
+    Python is read back instead of timed again (trials of one job share their batch, and
+    many of them the knobs the cut depends on)."""
+    cached = _cache_file(plan, env)
+    if cached is not None and cached.exists():
+        try:
+            return {k: float(v) for k, v in json.loads(cached.read_text()).items()}
+        except (OSError, ValueError):
+            pass
+    seconds = _timed_in_verl(plan, env, timeout_s)
+    if seconds is not None and cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(seconds))
+        os.replace(tmp, cached)
+    return seconds
+
+
+def _cache_file(plan: CutPlan, env: dict[str, str]) -> Path | None:
+    if not env.get("cache_dir"):
+        return None
+    identity = json.dumps(
+        [asdict(plan), env["python"], env.get("PYTHONPATH"), socket.gethostname()], sort_keys=True
+    )
+    return Path(env["cache_dir"]) / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
+
+
+def _timed_in_verl(plan: CutPlan, env: dict[str, str], timeout_s: float) -> dict[str, float] | None:
     root = str(Path(__file__).resolve().parents[2])
     child = dict(os.environ)
     child["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
