@@ -238,11 +238,14 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
 @pytest.mark.engine
 def test_a_killed_engine_process_is_an_error_naming_it(tmp_path, ray_local, trial_processes) -> None:
     # vLLM's EngineCore is SIGKILLed as the rollout starts: without the engine watch the
-    # trial would block until its deadline and pass for a timeout.
+    # trial would block until its deadline and pass for a timeout. Four samples per prompt
+    # make the rollout waves of 4-8 requests long enough for the kill to land in it on a
+    # loaded machine (one wave of 8 could finish before the watcher sees the phase).
     spec = {
         "name": "engine-death",
         "workload": {
             **WORKLOAD,
+            "n": 4,
             "phases": "rollout",
             "response_length": {"kind": "fixed", "value": 256},
             "max_response_length": 256,
