@@ -155,6 +155,19 @@ def run_job(
     return summary, recorded, checks
 
 
+def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process:
+    """vLLM's EngineCore process under the trial; on a loaded machine it may show its name a
+    moment after the phase began, so it is looked for until ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for proc in leader.children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if "EngineCore" in proc.name() or any("EngineCore" in part for part in proc.cmdline()):
+                    return proc
+        time.sleep(0.05)
+    raise AssertionError(f"no EngineCore process under the trial after {timeout_s:g} s")
+
+
 def kill_in(
     procs_phase: tuple[str, ...], sig: signal.Signals, target: str = "worker"
 ) -> Callable[[TrialProcesses], Callable[[str], None]]:
@@ -162,9 +175,7 @@ def kill_in(
         def act(trial_id: str) -> None:
             leader = procs.leader(trial_id)
             wait_phase(leader, procs_phase)
-            victim = leader
-            if target == "engine":
-                victim = next(p for p in leader.children(recursive=True) if "EngineCore" in p.name())
+            victim = engine_core(leader) if target == "engine" else leader
             os.kill(victim.pid, sig)
 
         return act
