@@ -79,15 +79,17 @@ def time_prepare(td: Any, dynamic: bool, budget: int, micro_batch_size: int, rep
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| sequences | tokens | cut | micro-batches | seconds (median) | spread | ms per micro-batch |",
-        "|---|---|---|---|---|---|---|",
+        "| sequences | tokens | entries | cut | micro-batches | seconds (median) | spread "
+        "| ms per micro-batch |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         cut = (
             f"dynamic, {r['budget']} tokens" if r["dynamic"] else f"fixed, {r['micro_batch_size']} sequences"
         )
         lines.append(
-            f"| {r['sequences']} | {r['tokens']} | {cut} | {r['micro_batches']} | {r['median_s']:.3f} | "
+            f"| {r['sequences']} | {r['tokens']} | {r.get('entries', 'trial')} | {cut} | "
+            f"{r['micro_batches']} | {r['median_s']:.3f} | "
             f"{r['spread_pct']:.0f}% | {r['per_micro_batch_ms']:.1f} |"
         )
     return "\n".join(lines)
@@ -103,6 +105,31 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# The nested tensors verl's batch holds before the actor's update beyond those the trials'
+# batch holds (a traced run's ``data_keys``: the rollout's log-probs and scores, the passes'
+# outputs, the advantages), each one value per response token.
+UPDATE_ENTRIES = (
+    "advantages",
+    "dummy_tensor",
+    "entropy",
+    "log_probs",
+    "loss_mask",
+    "old_log_probs",
+    "ref_log_prob",
+    "returns",
+    "rm_scores",
+    "rollout_log_probs",
+)
+
+
+def with_update_entries(td: Any) -> Any:
+    """``td`` with the further entries verl's update batch holds, shaped as its responses."""
+    for name in UPDATE_ENTRIES:
+        if name not in td.keys():  # noqa: SIM118 (a TensorDict refuses `in`)
+            td[name] = td["response_mask"].clone().float()
+    return td
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--job", required=True)
@@ -110,6 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sequences", type=int, nargs="+", default=list(SEQUENCES))
     parser.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--update-entries",
+        action="store_true",
+        help="also time each cut with the further nested tensors verl's update batch holds",
+    )
     args = parser.parse_args(argv)
     job = yaml.safe_load(Path(args.job).read_text())
     w = job["workload"]
@@ -123,11 +155,16 @@ def main(argv: list[str] | None = None) -> int:
         if warm:
             time_prepare(td, True, max(args.budgets), FIXED_MICRO_BATCH, 1)
             warm = False
+        batches = [("trial", td)]
+        if args.update_entries:
+            batches.append(("verl update", with_update_entries(td.clone())))
         for dynamic, budget, micro_batch_size in cuts:
-            timing = time_prepare(td, dynamic, budget, micro_batch_size, args.repeats)
-            row = {"sequences": sequences, "tokens": tokens, "dynamic": dynamic, "budget": budget}
-            rows.append(row | {"micro_batch_size": micro_batch_size} | timing)
-            print(table(rows[-1:]).splitlines()[-1], flush=True)
+            for entries, batch in batches:
+                timing = time_prepare(batch, dynamic, budget, micro_batch_size, args.repeats)
+                row = {"sequences": sequences, "tokens": tokens, "dynamic": dynamic, "budget": budget}
+                row |= {"entries": entries, "nested": len(batch.keys())}
+                rows.append(row | {"micro_batch_size": micro_batch_size} | timing)
+                print(table(rows[-1:]).splitlines()[-1], flush=True)
     doc = {
         "what": "Seconds verl v0.9's prepare_micro_batches takes to cut one rank's batch into micro-batches "
         "(benchmarks/verl_batching.py), by its own code, on the CPU",

@@ -73,7 +73,11 @@ from benchmarks.claims.top import (
 )
 from benchmarks.claims.verl_trace import (
     verl_batching,
+    verl_batching_entries,
     verl_batching_headline,
+    verl_cut_check,
+    verl_cut_counted,
+    verl_cut_headline,
     verl_trace,
     verl_trace_headline,
 )
@@ -113,6 +117,10 @@ CLAIMS: list[Claim] = [
     Claim("verl-trace-headline", verl_trace_headline),
     Claim("verl-batching", verl_batching),
     Claim("verl-batching-headline", verl_batching_headline),
+    Claim("verl-cut-counted", verl_cut_counted),
+    Claim("verl-cut-check", verl_cut_check),
+    Claim("verl-cut-headline", verl_cut_headline),
+    Claim("verl-batching-entries", verl_batching_entries),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("packed-job-top", packed_job_top),

@@ -159,3 +159,191 @@ def verl_batching_headline() -> list[Line]:
         if here is not None
         else Line(""),
     ]
+
+
+VERL_LANES = "results/verl-qwen2.5-1.5b-h100x2-cut.json"
+# verl's timing of each phase and the trial's name for it, in the step's order.
+STEP_PHASES = {
+    "timing_s/gen": "rollout",
+    "timing_s/old_log_prob": "old_log_prob",
+    "timing_s/ref": "ref_log_prob",
+    "timing_s/update_actor": "update_actor",
+}
+
+
+def _lanes_run(kind: str, config: str) -> dict[str, Any]:
+    return next(r for r in load(VERL_LANES)["run"]["runs"] if r["kind"] == kind and r["config"] == config)
+
+
+def _versus(trial: dict[str, Any], verl: dict[str, Any]) -> list[str]:
+    """A trial's step throughput and phases against a verl run's medians after its warm-up."""
+    measured = verl["measured"]
+    error = 100 * (trial["throughput"] / measured["perf/throughput"] - 1)
+    cells = [f"{trial['throughput']:.0f}", f"{measured['perf/throughput']:.0f}", f"{error:+.0f}%"]
+    for key, phase in STEP_PHASES.items():
+        t, v = trial["phase_timings_s"][phase], measured[key]
+        cells.append(f"{t:.1f} / {v:.1f} ({100 * (t / v - 1):+.0f}%)")
+    return cells
+
+
+def verl_cut_counted() -> list[Line]:
+    """Trials with verl's cut counted in, against verl: the example on one host, the winner
+    against the traced run of an earlier host, and the winner's trial from before the cut."""
+    header = ["config", "trial", "verl run", "trial tok/s/GPU", "verl tok/s/GPU", "trial error"]
+    header += [f"{phase} s, trial / verl" for phase in STEP_PHASES.values()]
+    example_verl = _lanes_run("verl", "example")
+    n = len(example_verl["steps"]) - example_verl["warmup_steps"]
+    traced, before = _traced()
+    n_traced = len(traced["steps"]) - traced.get("warmup_steps", 1)
+    printed = next(t for t in load(VERL_LANES)["printed_trials"] if t["config"] == "example")
+    rows = [
+        (
+            [
+                "example",
+                "cut counted, GPU 1",
+                f"same host, GPU 0 (n={n})",
+                *_versus(_lanes_run("trial", "example"), example_verl),
+            ],
+            (VERL_LANES,),
+        ),
+        (
+            [
+                "example",
+                "cut counted, earlier x2 host (printed)",
+                f"as above (n={n})",
+                *_versus(printed, example_verl),
+            ],
+            (VERL_LANES,),
+        ),
+        (
+            [
+                "winner",
+                "cut counted, GPU 1",
+                f"earlier x1 host, traced (n={n_traced})",
+                *_versus(_lanes_run("trial", "winner"), traced),
+            ],
+            (VERL_LANES, VERL_TRACE),
+        ),
+        (
+            ["winner", "no cut, earlier x1 host", f"same host (n={n_traced})", *_versus(before, traced)],
+            (VERL_TRACE,),
+        ),
+    ]
+    return [generated_from(VERL_LANES, VERL_TRACE), Line(""), *table(header, rows)]
+
+
+def _cut_medians(verl: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+    """Per phase, verl's own cut seconds over the measured steps: median, least, most."""
+    warmup = verl.get("warmup_steps", 1)
+    out = {}
+    for phase in PHASES:
+        values = [r["prepare_s"] for r in trace_rows(verl) if r["step"] > warmup and r["phase"] == phase]
+        out[phase] = (statistics.median(values), min(values), max(values))
+    return out
+
+
+def verl_cut_check() -> list[Line]:
+    """The cut a trial timed on its host against the cut verl's workers took."""
+    header = ["config", "phase", "trial's timed cut s", "verl's cut s (median, least-most)", "verl run"]
+    rows = []
+    pairs = [
+        (
+            "example",
+            _lanes_run("trial", "example"),
+            _lanes_run("verl", "example"),
+            "same host",
+            (VERL_LANES,),
+        ),
+        ("winner", _lanes_run("trial", "winner"), _traced()[0], "earlier x1 host", (VERL_LANES, VERL_TRACE)),
+    ]
+    for config, trial, verl, where, sources in pairs:
+        for phase, (median, low, high) in _cut_medians(verl).items():
+            timed = trial["metrics"][f"{PHASES[phase]}_verl_cut_s"]
+            rows.append(
+                ([config, phase, f"{timed:.2f}", f"{median:.2f} ({low:.2f}-{high:.2f})", where], sources)
+            )
+    return [generated_from(VERL_LANES, VERL_TRACE), Line(""), *table(header, rows)]
+
+
+def verl_cut_headline() -> list[Line]:
+    traced, before = _traced()
+    winner = _lanes_run("trial", "winner")
+    example = _lanes_run("trial", "example")
+    example_verl = _lanes_run("verl", "example")
+    printed = next(t for t in load(VERL_LANES)["printed_trials"] if t["config"] == "example")
+
+    def err(trial: dict[str, Any], verl: dict[str, Any]) -> float:
+        return 100 * (trial["throughput"] / verl["measured"]["perf/throughput"] - 1)
+
+    cut = sum(winner["metrics"][f"{p}_verl_cut_s"] for p in PHASES.values())
+    example_cut = sum(example["metrics"][f"{p}_verl_cut_s"] for p in PHASES.values())
+    verl_cut = sum(m[0] for m in _cut_medians(example_verl).values())
+    apart = 100 * (
+        max(printed["throughput"], example["throughput"]) / min(printed["throughput"], example["throughput"])
+        - 1
+    )
+    rollout = (example["phase_timings_s"]["rollout"], printed["phase_timings_s"]["rollout"])
+    return [
+        Line(
+            f"With verl's cut counted, the winner's trial predicted {winner['throughput']:.0f} "
+            f"tokens/s/GPU against the {traced['measured']['perf/throughput']:.0f} verl measured on an "
+            f"H100 of an earlier host ({err(winner, traced):+.0f}%; {f1(cut)} s of its "
+            f"{f1(winner['step_time_s'])} s step is the cut); the trial without it had predicted "
+            f"{before['throughput']:.0f} ({err(before, traced):+.0f}%).",
+            (VERL_LANES, VERL_TRACE),
+        ),
+        Line(""),
+        Line(
+            f"On verl's example the trial predicted {example['throughput']:.0f} against verl's "
+            f"{example_verl['measured']['perf/throughput']:.0f} on the same host "
+            f"({err(example, example_verl):+.0f}%), but the same config's trial on an earlier host of "
+            f"the same kind gave {printed['throughput']:.0f} ({err(printed, example_verl):+.0f}%): the "
+            f"two trials are {apart:.0f}% apart, most of it the rollout ({rollout[0]:.1f} against "
+            f"{rollout[1]:.1f} s), so one trial's noise is as large as the error. "
+            "Each figure is one trial: none of these gaps is measured against a band.",
+            (VERL_LANES,),
+        ),
+        Line(""),
+        Line(
+            f"The example's cut over the step: {f1(example_cut)} s timed by its trial, {f1(verl_cut)} s "
+            "in verl's workers on the same host (sum of the per-phase medians below).",
+            (VERL_LANES,),
+        ),
+    ]
+
+
+VERL_ENTRIES = "results/verl-batching-entries-cpu.json"
+
+
+def verl_batching_entries() -> list[Line]:
+    """verl's cut of the trials' batch against the same batch with the entries verl's update holds."""
+    rows = [r for r in load(VERL_ENTRIES)["rows"] if r["dynamic"]]
+    lines = []
+    for trial in (r for r in rows if r["entries"] == "trial"):
+        verl = next(
+            r
+            for r in rows
+            if r["entries"] != "trial"
+            and r["sequences"] == trial["sequences"]
+            and r["budget"] == trial["budget"]
+        )
+        gap = 100 * (verl["median_s"] / trial["median_s"] - 1)
+        spreads = (trial["spread_pct"], verl["spread_pct"])
+        verdict = "a tie" if abs(gap) <= max(spreads) else "outside them"
+        lines.append(
+            Line(
+                f"- {trial['sequences']} sequences at {trial['budget']} tokens: {trial['median_s']:.2f} s "
+                f"with the trials' {trial['nested']} entries, {verl['median_s']:.2f} s with verl's "
+                f"{verl['nested']} ({gap:+.0f}%; spreads {spreads[0]:.0f}% and "
+                f"{spreads[1]:.0f}%: {verdict}).",
+                (VERL_ENTRIES,),
+            )
+        )
+    n = load(VERL_ENTRIES)["rows"][0]["seconds"]
+    return [
+        generated_from(VERL_ENTRIES),
+        Line(""),
+        Line(f"Median of {len(n)} cuts each:", (VERL_ENTRIES,)),
+        Line(""),
+        *lines,
+    ]

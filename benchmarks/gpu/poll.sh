@@ -3,7 +3,9 @@
 # that run-studies.sh / scale-out-x4.sh started has exited, then pack into $OUT/results.tgz
 # each job's trials as JSON (dump_results) with a copy of its SQLite database, the
 # landscapes, the SGLang smoke summaries, the engine/train probe's reports and the logs and plan outputs (those under 2 MiB), and show the
-# logs' tails. Safe to call while they run: it packs what is there so far.
+# logs' tails, and each verl run's folder so far (metrics.jsonl, trace/: what
+# `verl_compare recover` rebuilds a run cut off with its host from). Safe to call while they
+# run: it packs what is there so far.
 # usage: bash benchmarks/gpu/poll.sh [SECONDS]
 set -uo pipefail
 cd /tmp/repo
@@ -29,6 +31,12 @@ done
 cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
 shopt -s nullglob
 for p in /tmp/at/probe*/; do mkdir -p "$pack/$(basename "$p")" && cp "$p"*.json "$pack/$(basename "$p")/" 2>/dev/null; done
+# verl runs still going (or cut off): what they logged so far, for verl_compare recover.
+for r in /tmp/verl-*/run; do
+  [ -f "$r/metrics.jsonl" ] || continue
+  dest="$pack/verl-runs/$(basename "$(dirname "$r")")"
+  mkdir -p "$dest/trace" && cp "$r/metrics.jsonl" "$dest/" && cp "$r"/trace/*.jsonl "$dest/trace/" 2>/dev/null
+done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
 find /tmp/at /tmp/at-record \( -name '*.log' -o -name '*.out' \) -size -2M -print0 2>/dev/null |
   while IFS= read -r -d '' f; do cp "$f" "$pack/logs/$(echo "${f#/tmp/}" | tr '/' '_')"; done

@@ -7,22 +7,7 @@
 # usage: setsid nohup bash benchmarks/gpu/verl-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
-mkdir -p /tmp/at/logs /tmp/at/probe-verl
-echo $$ > /tmp/at/logs/plan.pid
-log() { echo "[$(date +%T)] $*"; }
-if [ ! -d /tmp/site/vllm ]; then
-  log "installing"
-  bash /tmp/parts/unpack.sh /tmp/parts /tmp/site
-  cat /tmp/parts-fa/fa.part.* > /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    /tmp/flash_attn-2.8.3.post2-cp312-cp312-linux_x86_64.whl
-  cp /tmp/parts/unpack.sh /tmp/parts-verl/ 2>/dev/null || true
-  bash benchmarks/gpu/setup-verl.sh /tmp/parts-verl
-fi
-rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -r autotuner trials storage benchmarks pyproject.toml /tmp/repo/
-cd /tmp/repo
-source benchmarks/gpu/env.sh
-export AUTOTUNER_ENGINE_PYTHONPATH__VERL=/tmp/site-verl:/tmp/site
+source benchmarks/gpu/verl-host.sh
 args=${COMPARE_ARGS:-"--config defaults --config example --config winner=benchmarks/results/qwen2.5-1.5b-grpo-packed-h200.json#2 --train-batch-size 32 --ppo-mini-batch-size 8"}
 log "verl_compare $args"
 # shellcheck disable=SC2086

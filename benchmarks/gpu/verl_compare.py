@@ -19,6 +19,11 @@ is rewritten after every run (a run killed mid-way leaves the earlier ones); the
 printed at the end sets, per config, the trial's prediction beside verl's medians and the
 error per phase.
 
+On a host with several GPUs, ``verl-lanes.sh`` runs one comparison per GPU side by side and
+``merge`` makes them one file and one table; ``recover`` rebuilds a verl run's row from the
+folder it left (its ``metrics.jsonl`` and trace, ``poll.sh`` packs them) when the comparison
+did not live to write it, status ``partial``, the steps verl had logged.
+
 Usage, on the GPU host with vLLM's folder in ``/tmp/site`` and verl's in ``/tmp/site-verl``
 (``setup-host.sh``, ``setup-verl.sh``)::
 
@@ -27,6 +32,9 @@ Usage, on the GPU host with vLLM's folder in ``/tmp/site`` and verl's in ``/tmp/
         --ppo-mini-batch-size 8 --config defaults --config example \\
         --config winner=benchmarks/results/qwen2.5-1.5b-grpo-packed-h200.json#2 \\
         --out /tmp/at/verl/compare.json
+    python3 -m benchmarks.gpu.verl_compare merge LANE.json [LANE.json ...] --out compare.json
+    python3 -m benchmarks.gpu.verl_compare recover RUN_DIR --config NAME --like LANE.json \\
+        --command "..." [--gpus N] [--version verl=0.9.1 ...] --out LANE.json
 """
 
 from __future__ import annotations
@@ -49,6 +57,8 @@ from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
 from trials.launcher import launch_trial
 from trials.verl.launch import launch_verl
+from trials.verl.metrics import read_steps, summarize
+from trials.verl.trace import read_trace
 
 # The trial's phase (``phase_timings_s``) each of verl's timings corresponds to.
 PHASES = {
@@ -155,7 +165,102 @@ def table(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Comparisons run side by side (one per GPU of a host, ``verl-lanes.sh``) as one: every
+    run, each config once, and the table over all of them."""
+    configs: dict[str, Any] = {}
+    for d in docs:
+        for name, config in d["configs"].items():
+            if configs.setdefault(name, config) != config:
+                raise ValueError(f"config {name!r} differs between the comparisons merged")
+    hosts = {d["host"] for d in docs}
+    if len(hosts) != 1:
+        raise ValueError(f"comparisons from different hosts ({sorted(hosts)}) are not merged")
+    if len({json.dumps(d["workload"], sort_keys=True) for d in docs}) != 1:
+        raise ValueError("comparisons of different workloads are not merged")
+    out: dict[str, Any] = {
+        "commands": [d["command"] for d in docs],
+        "job": docs[0]["job"],
+        "workload": docs[0]["workload"],
+        "configs": configs,
+        "host": docs[0]["host"],
+        "lanes": [
+            {"gpus": d.get("gpus"), "started": d["started"], "finished": d.get("finished")} for d in docs
+        ],
+        "runs": [r | {"gpus": r.get("gpus", d.get("gpus"))} for d in docs for r in d["runs"]],
+    }
+    out["table"] = table(out)
+    return out
+
+
+def recovered_row(run_dir: Path, config: str, warmup_steps: int, versions: dict[str, str]) -> dict[str, Any]:
+    """A verl run's row rebuilt from its run folder (``metrics.jsonl``, ``trace/``, ``verl.log``
+    where present) when ``verl_compare`` did not live to write it: the steps verl had logged,
+    their medians after the warm-up, status ``partial``."""
+    steps, measured = summarize(read_steps(run_dir / "metrics.jsonl", run_dir / "verl.log"), warmup_steps)
+    if len(steps) <= warmup_steps:
+        raise ValueError(f"{run_dir} holds {len(steps)} logged step(s): none after the warm-up")
+    return {
+        "status": "partial",
+        "measured": measured,
+        "steps": steps,
+        "versions": versions,
+        "error": f"recovered from the run folder after {len(steps)} logged step(s); the run did not end",
+        "log_tail": "",
+        "wall_s": None,
+        "trace": read_trace(run_dir / "trace"),
+        "config": config,
+        "kind": "verl",
+        "round": 0,
+        "warmup_steps": warmup_steps,
+    }
+
+
+def recover(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.verl_compare recover")
+    parser.add_argument("run_dir", type=Path, help="the verl run's folder (its metrics.jsonl and trace/)")
+    parser.add_argument("--config", required=True, help="the config it ran")
+    parser.add_argument(
+        "--like", type=Path, required=True, help="a comparison of the same job on the same host"
+    )
+    parser.add_argument("--command", required=True, help="the verl_compare command that started it")
+    parser.add_argument("--gpus", help="its CUDA_VISIBLE_DEVICES")
+    parser.add_argument("--version", action="append", default=[], help="NAME=VERSION of what it ran on")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    like = json.loads(args.like.read_text())
+    if args.config not in like["configs"]:
+        raise SystemExit(f"--config {args.config!r} is not among {sorted(like['configs'])} in {args.like}")
+    versions = dict(v.split("=", 1) for v in args.version)
+    row = recovered_row(args.run_dir, args.config, 1, versions) | {"gpus": args.gpus}
+    doc = {
+        "command": args.command,
+        "job": like["job"],
+        "workload": like["workload"],
+        "configs": {args.config: like["configs"][args.config]},
+        "host": like["host"],
+        "gpus": args.gpus,
+        "started": like["started"],
+        "runs": [row],
+    }
+    args.out.write_text(json.dumps(doc, indent=1, default=str))
+    print(table(doc))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["recover"]:
+        return recover(argv[1:])
+    if argv[:1] == ["merge"]:
+        merger = argparse.ArgumentParser(prog="python -m benchmarks.gpu.verl_compare merge")
+        merger.add_argument("inputs", nargs="+")
+        merger.add_argument("--out", required=True)
+        margs = merger.parse_args(argv[1:])
+        merged = merge([json.loads(Path(p).read_text()) for p in margs.inputs])
+        Path(margs.out).write_text(json.dumps(merged, indent=1, default=str))
+        print(merged["table"])
+        return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.verl_compare")
     parser.add_argument("--job", required=True)
     parser.add_argument(
@@ -167,6 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--no-predict", action="store_true")
     parser.add_argument("--skip-verl", action="append", default=[], help="a config not run in verl")
+    parser.add_argument("--skip-trial", action="append", default=[], help="a config given no trial")
     parser.add_argument(
         "--trace",
         action="store_true",
@@ -189,28 +295,27 @@ def main(argv: list[str] | None = None) -> int:
     cap = memory_cap_gib(spec, "cuda", settings)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = "PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.verl_compare " + " ".join(
-        argv if argv is not None else sys.argv[1:]
-    )
+    command = "PYTHONPATH=/tmp/site:$PWD python3 -m benchmarks.gpu.verl_compare " + " ".join(argv)
     doc: dict[str, Any] = {
         "command": command,
         "job": args.job,
         "workload": spec.workload.model_dump(mode="json"),
         "configs": configs,
         "host": platform.node(),
+        "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": [],
     }
     verl_env = {"PYTHONPATH": args.verl_pythonpath} if args.verl_pythonpath else {}
     for rnd in range(args.rounds):
         for name, config in configs.items():
-            if not args.no_predict:
+            if not args.no_predict and name not in args.skip_trial:
                 tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
                 if args.verl_pythonpath and not args.no_verl_cut:
                     tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
                 print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)
                 result = launch_trial(tspec, args.trial_timeout)
-                row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd}
+                row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd, "gpus": doc["gpus"]}
                 doc["runs"].append(row)
                 print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
                 out.write_text(json.dumps(doc, indent=1, default=str))
@@ -224,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                     "kind": "verl",
                     "round": rnd,
                     "warmup_steps": vspec.warmup_steps,
+                    "gpus": doc["gpus"],
                 }
                 doc["runs"].append(row)
                 print(f"  {row['status']} {row['measured']} {row['error'] or ''}", flush=True)

@@ -1,0 +1,88 @@
+"""Comparisons put together after the fact: a verl run rebuilt from the folder it left when
+its host went away, and comparisons run side by side on one host's GPUs merged into one."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from benchmarks.gpu.verl_compare import main, merge
+
+ROOT = Path(__file__).resolve().parents[2]
+LANES = ROOT / "benchmarks" / "results" / "verl-qwen2.5-1.5b-h100x2-cut.json"
+
+
+def _run_folder(tmp_path: Path, steps: list[dict[str, float]], trace: list[dict]) -> Path:
+    """A verl run folder as the runner leaves it: verl's file logger's metrics.jsonl and the
+    workers' trace files."""
+    run = tmp_path / "run"
+    (run / "trace").mkdir(parents=True)
+    lines = [json.dumps({"step": n, "data": data}) for n, data in enumerate(steps, start=1)]
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "trace" / "trace-7.jsonl").write_text("".join(json.dumps(r) + "\n" for r in trace))
+    return run
+
+
+def _lane(doc: dict, gpus: str) -> dict:
+    return {k: doc[k] for k in ("job", "workload", "host")} | {
+        "command": doc["commands"][0],
+        "started": doc["lanes"][0]["started"],
+        "configs": doc["configs"],
+        "gpus": gpus,
+        "runs": [],
+    }
+
+
+def test_a_run_cut_short_comes_back_with_the_steps_it_logged(tmp_path: Path, capsys) -> None:
+    lanes = json.loads(LANES.read_text())["run"]
+    (verl,) = [r for r in lanes["runs"] if r["kind"] == "verl"]
+    run = _run_folder(tmp_path, verl["steps"], verl["trace"])
+    like = tmp_path / "lane-1.json"
+    like.write_text(json.dumps(_lane(lanes, "1")))
+    out = tmp_path / "lane-0.json"
+    argv = ["recover", str(run), "--config", "example", "--like", str(like), "--gpus", "0"]
+    argv += ["--command", "verl_compare --config example", "--version", "verl=0.9.1", "--out", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(out.read_text())
+    (row,) = doc["runs"]
+    assert row["status"] == "partial" and row["kind"] == "verl" and row["gpus"] == "0"
+    assert row["versions"] == {"verl": "0.9.1"}
+    assert len(row["steps"]) == len(verl["steps"])
+    measured = [s["perf/throughput"] for s in verl["steps"][1:]]
+    assert row["measured"]["perf/throughput"] == pytest.approx(statistics.median(measured))
+    assert len(row["trace"]) == len(verl["trace"])
+    assert doc["configs"] == {"example": lanes["configs"]["example"]}
+    assert "example" in capsys.readouterr().out
+
+    only_warmup = _run_folder(tmp_path / "short", verl["steps"][:1], [])
+    with pytest.raises(ValueError, match="none after the warm-up"):
+        main([*argv[:1], str(only_warmup), *argv[2:]])
+    with pytest.raises(SystemExit, match="not among"):
+        main(["recover", str(run), "--config", "defaults", *argv[4:]])
+
+
+def test_lanes_of_one_host_merge_into_one_table_and_others_do_not() -> None:
+    lanes = json.loads(LANES.read_text())["run"]
+    a = _lane(lanes, "0") | {"runs": [r for r in lanes["runs"] if r["kind"] == "verl"]}
+    b = _lane(lanes, "1") | {"runs": [r for r in lanes["runs"] if r["kind"] == "trial"]}
+    merged = merge([a, b])
+    assert len(merged["runs"]) == len(lanes["runs"])
+    assert {r["gpus"] for r in merged["runs"]} == {"0", "1"}
+    # The example's trial (GPU 1) sits beside verl's run of it (GPU 0) in one row set.
+    example = [
+        line for line in merged["table"].splitlines() if line.startswith("example") and "throughput" in line
+    ]
+    (line,) = example
+    assert line.split()[-1] == "2" and "%" in line
+
+    with pytest.raises(ValueError, match="different hosts"):
+        merge([a, b | {"host": "elsewhere"}])
+    other = json.loads(json.dumps(b))
+    other["configs"]["example"] = dict(other["configs"]["example"], extra=1)
+    with pytest.raises(ValueError, match="differs"):
+        merge([a, other])
+    with pytest.raises(ValueError, match="workloads"):
+        merge([a, b | {"workload": {"train_batch_size": 1}}])
