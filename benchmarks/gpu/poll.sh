@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On the GPU host: wait up to SECONDS (default 540) or until every study, recorder and plan
-# that run-studies.sh / scale-out-x4.sh started has exited, then pack into $OUT/results.tgz
-# each job's trials as JSON (dump_results) with a copy of its SQLite database, the
-# landscapes, the SGLang smoke summaries, the engine/train probe's reports and the logs and plan outputs (those under 2 MiB), and show the
-# logs' tails, and each verl run's folder so far (metrics.jsonl, trace/: what
-# `verl_compare recover` rebuilds a run cut off with its host from). Safe to call while they
-# run: it packs what is there so far.
+# that run-studies.sh / scale-out-x4.sh / verl-h200.sh / verl-lanes.sh started has exited,
+# then pack into $OUT/results.tgz each job's trials as JSON (dump_results) with a copy of its
+# SQLite database, the landscapes, the SGLang smoke summaries, the probes' reports, the logs
+# and plan outputs (those under 2 MiB), and each verl run's folder so far (metrics.jsonl,
+# trace/, arrivals.json and the end of verl.log: what `verl_compare recover` rebuilds a run
+# cut off with its host from); show the logs' tails. Safe to call while they run: it packs
+# what is there so far.
 # usage: bash benchmarks/gpu/poll.sh [SECONDS]
 set -uo pipefail
 cd /tmp/repo
@@ -36,6 +37,8 @@ for r in /tmp/verl-*/run; do
   [ -f "$r/metrics.jsonl" ] || continue
   dest="$pack/verl-runs/$(basename "$(dirname "$r")")"
   mkdir -p "$dest/trace" && cp "$r/metrics.jsonl" "$dest/" && cp "$r"/trace/*.jsonl "$dest/trace/" 2>/dev/null
+  cp "$r/arrivals.json" "$dest/" 2>/dev/null
+  tail -c 2000000 "$r/verl.log" > "$dest/verl.log" 2>/dev/null
 done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
 find /tmp/at /tmp/at-record \( -name '*.log' -o -name '*.out' \) -size -2M -print0 2>/dev/null |

@@ -57,7 +57,7 @@ from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
 from trials.launcher import launch_trial
 from trials.verl.launch import launch_verl
-from trials.verl.metrics import read_steps, summarize
+from trials.verl.metrics import read_arrivals, read_steps, summarize
 from trials.verl.trace import read_trace
 
 # The trial's phase (``phase_timings_s``) each of verl's timings corresponds to.
@@ -129,6 +129,8 @@ def verl_row(result: Any) -> dict[str, Any]:
         "error": result.error_message,
         "log_tail": result.log_tail[-6000:] if not result.ok else "",
         "wall_s": result.wall_s,
+        "startup_s": result.startup_s,
+        "step_logged_at_s": list(result.step_logged_at_s),
         "trace": list(result.trace),
     }
 
@@ -209,6 +211,7 @@ def recovered_row(run_dir: Path, config: str, warmup_steps: int, versions: dict[
         "log_tail": "",
         "wall_s": None,
         "trace": read_trace(run_dir / "trace"),
+        "step_logged_at_s": read_arrivals(run_dir / "arrivals.json"),
         "config": config,
         "kind": "verl",
         "round": 0,

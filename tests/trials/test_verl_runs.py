@@ -18,7 +18,8 @@ from verl_helpers import DEMO, ROOT, job_run_spec, verl_python
 from trials.launcher import kill_session, session_processes
 from trials.verl.dataset import sample_length
 from trials.verl.launch import launch_verl, ray_processes, sweep_ray
-from trials.verl.metrics import parse_console, parse_jsonl, summarize
+from trials.verl.metrics import StepClock, parse_console, parse_jsonl, read_arrivals, summarize
+from trials.verl.types import VerlRunResult
 
 # Three steps as verl's trainer logs them: numpy scalars (verl's np.mean) and plain floats.
 _LOG_STEPS = """
@@ -62,6 +63,41 @@ def test_parser_reads_verls_console_and_file_loggers(tmp_path: Path) -> None:
     # Medians over steps 2-3 only: the warm-up's 9 s rollout does not count.
     assert measured["timing_s/gen"] == 2.5 and measured["perf/throughput"] == 450.0
     assert measured["actor/perf/max_memory_allocated_gb"] == 3.0
+
+
+# verl's file logger writing three steps, a pause before each (a set-up, then the steps).
+_PACED_STEPS = """
+import time
+from verl.utils.tracking import FileLogger
+file_logger = FileLogger("autotuner", "t")
+for step, pause in enumerate([1.5, 0.6, 0.6], start=1):
+    time.sleep(pause)
+    file_logger.log({"timing_s/step": 0.5}, step)
+file_logger.finish()
+"""
+
+
+def test_the_runner_stamps_each_step_as_verl_logs_it(tmp_path: Path) -> None:
+    jsonl, record = tmp_path / "metrics.jsonl", tmp_path / "arrivals.json"
+    env = dict(os.environ) | {"VERL_FILE_LOGGER_PATH": str(jsonl), "PYTHONPATH": str(ROOT)}
+    start = time.monotonic()
+    clock = StepClock(jsonl, record, start)
+    proc = subprocess.Popen([verl_python(), "-c", _PACED_STEPS], env=env, cwd=tmp_path)
+    while proc.poll() is None:
+        clock.poll(time.monotonic())
+        time.sleep(0.05)
+    clock.poll(time.monotonic())
+    arrived = clock.ordered()
+    assert len(arrived) == 3
+    assert arrived[0] >= 1.5  # not before verl wrote it
+    assert arrived[1] - arrived[0] >= 0.5 and arrived[2] - arrived[1] >= 0.5  # each when it came
+    # What a killed run leaves is read back, and the start-up follows from the first step.
+    assert read_arrivals(record) == arrived
+    assert read_arrivals(tmp_path / "missing.json") == []
+    steps, _ = summarize(parse_jsonl(jsonl.read_text().splitlines()), warmup_steps=1)
+    result = VerlRunResult("r", "ok", steps=steps, step_logged_at_s=arrived)
+    assert result.startup_s == pytest.approx(arrived[0] - 0.5)
+    assert VerlRunResult("r", "error").startup_s is None
 
 
 def test_a_torn_last_line_is_skipped(tmp_path: Path) -> None:

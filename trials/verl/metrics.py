@@ -107,3 +107,39 @@ def summarize(steps: Steps, warmup_steps: int) -> tuple[list[dict[str, float]], 
         if values:
             measured[name] = statistics.median(values)
     return ordered, measured
+
+
+class StepClock:
+    """When each of verl's steps reached the file logger, in seconds since ``start``: polled
+    while verl runs and kept in ``record`` as steps arrive, so a run's start-up (the first
+    step's arrival less its own ``timing_s/step``) and the pace of its steps are known, even
+    for a run killed before it ended (``read_arrivals``)."""
+
+    def __init__(self, metrics_file: Path, record: Path, start: float) -> None:
+        self.path = Path(metrics_file)
+        self.record = Path(record)
+        self.start = start
+        self.arrived: dict[int, float] = {}
+
+    def poll(self, now: float) -> None:
+        try:
+            text = self.path.read_text(errors="replace")
+        except OSError:
+            return
+        new = {s: round(now - self.start, 3) for s in parse_jsonl(text.splitlines()) if s not in self.arrived}
+        if new:
+            self.arrived |= new
+            self.record.write_text(json.dumps(self.ordered()))
+
+    def ordered(self) -> list[float]:
+        """Each logged step's arrival, in step order."""
+        return [self.arrived[s] for s in sorted(self.arrived)]
+
+
+def read_arrivals(record: Path) -> list[float]:
+    """What a ``StepClock`` kept in ``record``; none where it kept nothing."""
+    try:
+        values = json.loads(Path(record).read_text())
+    except (OSError, ValueError):
+        return []
+    return [float(v) for v in values] if isinstance(values, list) else []

@@ -58,6 +58,10 @@ class RunPaths:
         return self.workdir / "metrics.jsonl"
 
     @property
+    def arrivals(self) -> Path:
+        return self.workdir / "arrivals.json"
+
+    @property
     def log(self) -> Path:
         return self.workdir / "verl.log"
 

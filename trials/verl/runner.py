@@ -31,7 +31,7 @@ from trials.launcher import log_tail
 from trials.lengths import steps_lengths
 from trials.verl.checkpoint import checkpoint_dir, ensure_checkpoint, tokenizer_dir
 from trials.verl.dataset import write_dataset
-from trials.verl.metrics import read_steps, summarize
+from trials.verl.metrics import StepClock, read_arrivals, read_steps, summarize
 from trials.verl.overrides import (
     MAIN_MODULE,
     RunPaths,
@@ -44,6 +44,7 @@ from trials.verl.trace import read_trace
 from trials.verl.types import VerlRunResult, VerlRunSpec
 
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+STEP_POLL_S = 1.0  # how often the runner looks for a step verl logged
 VERSIONED = ("verl", "torch", "transformers", "vllm", "sglang", "ray", "tensordict", "flash-attn")
 
 
@@ -176,8 +177,9 @@ def run(spec: VerlRunSpec, paths: RunPaths, python: str = sys.executable) -> Ver
         result.wall_s = time.monotonic() - start
         return result
     env = verl_env() | {"VERL_FILE_LOGGER_PATH": str(paths.metrics)}
+    clock = StepClock(paths.metrics, paths.arrivals, start)
     with open(paths.log, "wb") as log:
-        code = subprocess.call(
+        proc = subprocess.Popen(
             [python, "-m", MAIN_MODULE, *overrides],
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -185,6 +187,15 @@ def run(spec: VerlRunSpec, paths: RunPaths, python: str = sys.executable) -> Ver
             env=env,
             cwd=str(paths.workdir),
         )
+        try:
+            while proc.poll() is None:
+                clock.poll(time.monotonic())
+                time.sleep(STEP_POLL_S)
+        finally:
+            if proc.poll() is None:  # this runner is being stopped: verl goes with it
+                proc.kill()
+            code = proc.wait()
+    clock.poll(time.monotonic())
     collect(result, paths, code)
     result.wall_s = time.monotonic() - start
     return result
@@ -196,6 +207,7 @@ def collect(result: VerlRunResult, paths: RunPaths, code: int | None) -> VerlRun
     result.steps, result.measured = summarize(read_steps(paths.metrics, paths.log), result.warmup_steps)
     result.log_tail = log_tail(paths.log)
     result.trace = read_trace(paths.trace)
+    result.step_logged_at_s = read_arrivals(paths.arrivals)
     if code is None:
         return result
     if code == 0 and len(result.steps) > result.warmup_steps and result.measured:

@@ -98,6 +98,8 @@ class VerlRunResult(JsonData):
     each of ``STEP_METRICS`` over the steps after the warm-up. ``versions`` names verl,
     vLLM or SGLang, torch and transformers as the run imported them. ``trace``: the
     workers' records of a traced run (``trials.verl.trace``), in the order the calls ended.
+    ``step_logged_at_s``: when each step's metrics reached verl's file logger, in seconds
+    since the runner started (``startup_s`` follows from the first).
     """
 
     run_id: str
@@ -113,7 +115,16 @@ class VerlRunResult(JsonData):
     wall_s: float = 0.0
     log_tail: str = ""
     trace: list[dict[str, Any]] = field(default_factory=list)
+    step_logged_at_s: list[float] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def startup_s(self) -> float | None:
+        """Seconds from the runner's start to verl's first step beginning: the run's set-up
+        (checks, dataset, Ray, workers, the engine), or None before a step was logged."""
+        if not self.step_logged_at_s or not self.steps or "timing_s/step" not in self.steps[0]:
+            return None
+        return max(0.0, self.step_logged_at_s[0] - self.steps[0]["timing_s/step"])
