@@ -306,7 +306,7 @@ def verl_cut_headline() -> list[Line]:
         Line(""),
         Line(
             f"The example's cut over the step: {f1(example_cut)} s timed by its trial, {f1(verl_cut)} s "
-            "in verl's workers on the same host (sum of the per-phase medians below).",
+            "in verl's workers on the same host (the sum of their per-phase medians).",
             (VERL_LANES,),
         ),
     ]

@@ -243,7 +243,7 @@ def recover(argv: list[str]) -> int:
         "configs": {args.config: like["configs"][args.config]},
         "host": like["host"],
         "gpus": args.gpus,
-        "started": like["started"],
+        "started": like["started"],  # lanes start together: the sibling's start is its own
         "runs": [row],
     }
     args.out.write_text(json.dumps(doc, indent=1, default=str))
