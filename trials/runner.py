@@ -192,6 +192,7 @@ class _Trial:
         self.engine_here = self.rollout and not self.reuse and (group is None or group.leader)
         self.before_engine_gib = 0.0
         self.held: Any = None  # the reused engine's sleeping memory, held while training
+        self.cut: Any = None  # trials.verl.cut.PreparedCut: verl's cut, readied meanwhile
 
     def mark(self, event: str) -> None:
         self.metrics[f"{event}_at_s"] = time.perf_counter() - self.start
@@ -216,6 +217,7 @@ class _Trial:
 
     def run_steps(self) -> None:
         self.startup()
+        self.cut_ready()
         if self.rollout:
             self.sync_weights()
             self.generate()
@@ -229,6 +231,12 @@ class _Trial:
         if self.rollout and self.train:
             self.hand_over(engine)
 
+    def cut_ready(self) -> None:
+        """Wait for verl's cut to be readied before anything measured runs beside it."""
+        if self.cut is not None:
+            with in_phase("startup"):
+                self.metrics["verl_cut_ready_wait_s"] = self.cut.ready()
+
     # 1. startup
     def prepare(self, stack: contextlib.ExitStack) -> None:
         """Clean GPUs, the train phase's code, the actor's world: before anything is measured."""
@@ -238,8 +246,11 @@ class _Trial:
                 self.check_gpus_clean()
             self.meet("gpus_clean")  # before any rank puts anything on its GPU
             if self.train:
-                from trials.train import prepare_train
+                from trials.train import prepare_train, prepare_verl_cut
 
+                self.cut = prepare_verl_cut(spec)  # readied while the actor and engine start
+                if self.cut is not None:
+                    stack.callback(self.cut.cancel)
                 prepare_train(spec, self.dtype)  # code and thread pools, not the phase
                 if spec.actor_fsdp:
                     from trials.distributed import actor_world
@@ -442,7 +453,7 @@ class _Trial:
         self.mark("train_start")
         cap = self.train_cap_gib(engine_resident)
         with self.sampled("train"), device_memory_cap(self.spec.device, cap):
-            run_train(self.spec, self.dtype, self.metrics, self.timings, self.actor)
+            run_train(self.spec, self.dtype, self.metrics, self.timings, self.actor, self.cut)
         self.mark("train_end")
 
     def train_cap_gib(self, engine_resident: bool) -> float | None:

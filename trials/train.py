@@ -41,7 +41,7 @@ from trials.distributed import actor_world
 from trials.errors import InvalidTrialSpec, TrialError
 from trials.phases import in_phase
 from trials.types import TrialSpec
-from trials.verl.cut import CutPlan, measure
+from trials.verl.cut import CutPlan, PreparedCut, measure
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
@@ -265,8 +265,11 @@ def run_train(
     metrics: dict[str, float],
     timings: dict[str, float],
     state: ActorState | None = None,
+    prepared_cut: PreparedCut | None = None,
 ) -> None:
     """Measure the sub-phases into ``metrics``/``timings`` as they finish (partial on failure).
+    ``prepared_cut``: verl's cut of the batch, readied while the trial started
+    (``prepare_verl_cut``); without it, the cut is readied and timed here.
 
     Exceptions propagate, tagged with the sub-phase they happened in.
     """
@@ -279,7 +282,7 @@ def run_train(
             with in_phase("startup"):
                 own = build_actor_state(spec, dtype, world)
             try:
-                run_train(spec, dtype, metrics, timings, own)
+                run_train(spec, dtype, metrics, timings, own, prepared_cut)
             finally:
                 device = own.device
                 del own
@@ -292,7 +295,7 @@ def run_train(
     metrics.update(state.metrics())
     plans = synced_plans(spec, state)
     metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
-    cut = verl_cut(spec)
+    cut = verl_cut(spec, prepared_cut)
     metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items()})
     reload_s = 0.0
     with in_phase("old_log_prob"):
@@ -322,15 +325,14 @@ def run_train(
     metrics["actor_reload_s"] = timings["actor_reload"]
 
 
-def verl_cut(spec: TrialSpec) -> dict[str, float]:
-    """Per phase, the seconds verl's own cut of this rank's batch into micro-batches takes on
-    this host's CPU (``trials.verl.cut``), where the spec names verl's environment; else,
-    or when it cannot be timed, none."""
+def cut_plan(spec: TrialSpec) -> CutPlan | None:
+    """What verl's cut of this rank's batch depends on, where the spec names verl's
+    environment (``trials.verl.cut``); else None."""
     if not spec.verl_cut_env:
-        return {}
+        return None
     t = spec.train
     b = spec.batch
-    plan = CutPlan(
+    return CutPlan(
         prompt_lengths=list(spec.train_prompt_lengths),
         response_lengths=list(spec.train_response_lengths),
         max_prompt_length=b.max_prompt_length if b else max(spec.train_prompt_lengths),
@@ -344,7 +346,23 @@ def verl_cut(spec: TrialSpec) -> dict[str, float]:
         mini_batch_size=spec.local_mini_batch_size,
         use_ref=t.use_ref,
     )
-    return measure(plan, spec.verl_cut_env) or {}
+
+
+def prepare_verl_cut(spec: TrialSpec) -> PreparedCut | None:
+    """verl's cut of this rank's batch, readied in verl's environment while the trial starts
+    (``PreparedCut``), where the spec names that environment."""
+    plan = cut_plan(spec)
+    return PreparedCut(plan, spec.verl_cut_env) if plan is not None else None
+
+
+def verl_cut(spec: TrialSpec, prepared: PreparedCut | None = None) -> dict[str, float]:
+    """Per phase, the seconds verl's own cut of this rank's batch into micro-batches takes on
+    this host's CPU (``trials.verl.cut``; ``prepared``: readied by ``prepare_verl_cut``),
+    where the spec names verl's environment; else, or when it cannot be timed, none."""
+    if prepared is not None:
+        return prepared.result() or {}
+    plan = cut_plan(spec)
+    return (measure(plan, spec.verl_cut_env) or {}) if plan is not None else {}
 
 
 def _reset_allocated_peak(setup: _Setup) -> None:

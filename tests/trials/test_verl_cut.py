@@ -10,10 +10,11 @@ import yaml
 from trial_helpers import make_spec
 from verl_helpers import GPU_JOBS, verl_python
 
+from trials import run_trial
 from trials.lengths import step_lengths
 from trials.train import run_train
 from trials.types import BatchDraw
-from trials.verl.cut import PHASES, CutPlan, measure
+from trials.verl.cut import PHASES, CutPlan, PreparedCut, measure
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +83,45 @@ def test_a_cut_timed_on_this_host_is_read_back(tmp_path: Path) -> None:
     other = measure(_plan(7168), env)
     assert other is not None and other != first
     assert len(list((tmp_path / "cuts").glob("*.json"))) == 2
+
+
+def test_a_readied_cut_is_timed_only_when_the_trial_asks(tmp_path: Path) -> None:
+    """Readied while a trial starts: verl imported, the batch built and cut once untimed, then
+    the process waits; the timing (and its entry in the host's cache) comes on request."""
+    env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    cut = PreparedCut(_plan(3584), env)
+    try:
+        assert cut.proc is not None and cut.proc.poll() is None
+        waited = cut.ready()
+        assert waited > 0 and cut.is_ready and not cut.failed
+        assert cut.proc.poll() is None  # ready, waiting for the word
+        assert not list((tmp_path / "cuts").glob("*.json"))  # nothing timed yet
+        seconds = cut.result()
+        assert seconds is not None and set(seconds) == set(PHASES)
+        assert cut.proc.poll() is not None
+        assert len(list((tmp_path / "cuts").glob("*.json"))) == 1
+        assert PreparedCut(_plan(3584), env).result() == seconds  # the next trial reads it back
+    finally:
+        cut.cancel()
+
+
+def test_a_cut_given_up_before_its_timing_leaves_nothing(tmp_path: Path) -> None:
+    env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    cut = PreparedCut(_plan(3584), env)
+    assert cut.proc is not None
+    folder = Path(cut.folder.name) if cut.folder is not None else None
+    cut.cancel()  # the trial failed while starting
+    assert cut.proc.poll() is not None
+    assert folder is not None and not folder.exists()
+    assert not (tmp_path / "cuts").exists()
+
+
+def test_a_trial_readies_verls_cut_while_it_starts(tiny_config) -> None:
+    spec = make_spec(tiny_config, phases=["train"], verl_cut_env={"python": verl_python()})
+    spec.train.use_dynamic_bsz = True
+    spec.train.log_prob_max_token_len_per_gpu = spec.train.ppo_max_token_len_per_gpu = 256
+    result = run_trial(spec)
+    assert result.status == "ok", result.error_message
+    assert result.metrics["verl_cut_ready_wait_s"] >= 0
+    for phase in PHASES:
+        assert 0 < result.metrics[f"{phase}_verl_cut_s"] < result.phase_timings_s[phase]

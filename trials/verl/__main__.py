@@ -1,11 +1,12 @@
 """``python -m trials.verl preflight|run --spec SPEC.json --out OUT.json --workdir DIR
---cache-dir DIR --ray-temp-dir DIR`` and ``python -m trials.verl cut --spec PLAN.json --out
-OUT.json`` in verl's environment.
+--cache-dir DIR --ray-temp-dir DIR`` and ``python -m trials.verl cut [--wait] --spec PLAN.json
+--out OUT.json`` in verl's environment.
 
 ``preflight`` writes the run's files, composes the config and runs verl's own checks on it,
 and writes what it checked as JSON (a list, one report per ``--spec``); ``run`` then runs
 verl's trainer and writes the ``VerlRunResult``; ``cut`` times verl's cut of a rank's batch
-into micro-batches per phase (``trials.verl.cut``). Run by ``trials.verl.launch`` as the
+into micro-batches per phase (``trials.verl.cut``; with ``--wait`` it readies the batch, says
+``ready`` and times the cut on a line ``go``). Run by ``trials.verl.launch`` as the
 leader of a process session of its own: on SIGTERM (the launcher's deadline, or its
 parent's death: the kernel sends it then) it kills its whole group, verl's trainer and
 verl's Ray with it.
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 
 from trials.launcher import sigterm_when_parent_dies
-from trials.verl.cut import CutPlan, cut_seconds
+from trials.verl.cut import CutPlan, cut_seconds, prepared_batch
 from trials.verl.runner import preflight, run, run_paths
 from trials.verl.types import VerlRunSpec
 
@@ -52,14 +53,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir")
     parser.add_argument("--ray-temp-dir")
     parser.add_argument(
+        "--wait", action="store_true", help="cut: say ready, then time the cut on a line 'go'"
+    )
+    parser.add_argument(
         "--config-only",
         action="store_true",
         help="preflight: a checkpoint of config and tokenizer, no weights",
     )
     args = parser.parse_args(argv)
     if args.command == "cut":
+        sigterm_when_parent_dies()  # a trial killed meanwhile leaves no cut behind
         plan = CutPlan(**json.loads(Path(args.spec[0]).read_text()))
-        _write(args.out, json.dumps(cut_seconds(plan)))
+        batch = prepared_batch(plan)
+        if args.wait:  # ready: time the cut when told to (a closed input: not at all)
+            print("ready", flush=True)
+            if sys.stdin.readline().strip() != "go":
+                return 0
+        _write(args.out, json.dumps(cut_seconds(plan, batch)))
         return 0
     missing = [
         f"--{name.replace('_', '-')}"

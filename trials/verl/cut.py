@@ -13,15 +13,21 @@ it in (``trials.train``).
 the tensors verl's agent loop returns and the fields of the verl runner's dataset, turned
 into verl's no-padding layout by verl's ``left_right_2_no_padding``. ``cut_seconds`` (run
 in verl's environment: ``python -m trials.verl cut``) times the cut of each phase once,
-after one untimed cut.
+after one untimed cut (``prepared_batch``). A trial readies that process while it starts
+(``PreparedCut``: verl imported, the batch built and cut once) and has it time the cut
+when the trial reaches its train phase, its own work stopped: the seconds verl's
+environment takes to start cost the trial no GPU time, and the timed cut runs on a host as
+quiet as verl's worker is when it cuts (a cut timed beside other work would time the load).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import select
 import socket
 import subprocess
 import tempfile
@@ -108,15 +114,22 @@ def prepare_seconds(td: Any, dynamic: bool, max_tokens: int, micro_batch_size: i
     return time.perf_counter() - t0, len(micro_batches)
 
 
-def cut_seconds(plan: CutPlan) -> dict[str, float]:
-    """Per phase, the seconds verl cuts ``plan``'s batch in (the update: over its mini-batches)."""
-    from verl.utils import tensordict_utils as tu
-
+def prepared_batch(plan: CutPlan) -> Any:
+    """``plan``'s batch, cut once untimed (verl's lazy imports and set-up paid here)."""
     td = verl_batch(
         plan.prompt_lengths, plan.response_lengths, plan.max_prompt_length, plan.max_response_length
     )
+    prepare_seconds(td, plan.use_dynamic_bsz, plan.log_prob_max_token_len, plan.log_prob_micro_batch_size)
+    return td
+
+
+def cut_seconds(plan: CutPlan, td: Any = None) -> dict[str, float]:
+    """Per phase, the seconds verl cuts ``plan``'s batch in (the update: over its mini-batches);
+    ``td``: the batch ``prepared_batch`` made, else made here."""
+    from verl.utils import tensordict_utils as tu
+
+    td = prepared_batch(plan) if td is None else td
     dynamic, budget = plan.use_dynamic_bsz, plan.log_prob_max_token_len
-    prepare_seconds(td, dynamic, budget, plan.log_prob_micro_batch_size)  # untimed: lazy set-up
     seconds = {"old_log_prob": prepare_seconds(td, dynamic, budget, plan.log_prob_micro_batch_size)[0]}
     if plan.use_ref:
         seconds["ref_log_prob"] = prepare_seconds(td, dynamic, budget, plan.ref_log_prob_micro_batch_size)[0]
@@ -136,19 +149,123 @@ def measure(plan: CutPlan, env: dict[str, str], timeout_s: float = 900.0) -> dic
     With ``env["cache_dir"]``, a cut already timed on this host for the same plan by the same
     Python is read back instead of timed again (trials of one job share their batch, and
     many of them the knobs the cut depends on)."""
-    cached = _cache_file(plan, env)
-    if cached is not None and cached.exists():
+    cut = PreparedCut(plan, env)
+    try:
+        return cut.result(timeout_s)
+    finally:
+        cut.cancel()
+
+
+class PreparedCut:
+    """verl's cut of one plan, made ready ahead of its timing.
+
+    Started, it reads the plan's cut from the host's cache, or starts verl's environment on
+    it (``python -m trials.verl cut --wait``): that process imports verl, builds the batch and
+    cuts it once untimed, says ``ready`` and waits. A trial starts it before its own
+    start-up, so those seconds pass while its actor and engine start, and waits for
+    ``ready`` (``ready``) before any phase it measures. ``result`` then has the cuts timed,
+    the trial's own work stopped meanwhile, so the host is as quiet as verl's worker is when
+    it cuts; ``cancel`` ends the process (a trial that failed first)."""
+
+    def __init__(self, plan: CutPlan, env: dict[str, str]) -> None:
+        self.plan, self.env = plan, env
+        self.cache = _cache_file(plan, env)
+        self.value: dict[str, float] | None = _read_cached(self.cache)
+        self.proc: subprocess.Popen[str] | None = None
+        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.is_ready = self.value is not None
+        self.failed = False
+        if self.value is None:
+            self._start()
+
+    def _start(self) -> None:
+        root = str(Path(__file__).resolve().parents[2])
+        child = dict(os.environ)
+        child["PYTHONPATH"] = os.pathsep.join(p for p in (root, self.env.get("PYTHONPATH")) if p)
+        self.folder = tempfile.TemporaryDirectory(prefix="verl-cut-")
+        folder = Path(self.folder.name)
+        (folder / "plan.json").write_text(json.dumps(asdict(self.plan)))
+        command = [self.env["python"], "-m", "trials.verl", "cut", "--wait"]
+        command += ["--spec", str(folder / "plan.json"), "--out", str(folder / "cut.json")]
         try:
-            return {k: float(v) for k, v in json.loads(cached.read_text()).items()}
-        except (OSError, ValueError):
-            pass
-    seconds = _timed_in_verl(plan, env, timeout_s)
-    if seconds is not None and cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(seconds))
-        os.replace(tmp, cached)
-    return seconds
+            with open(folder / "stderr.log", "w") as err:
+                self.proc = subprocess.Popen(
+                    command, env=child, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
+                )
+        except OSError as exc:
+            log.warning("verl's cut was not timed: %s", exc)
+            self.failed = True
+
+    def ready(self, timeout_s: float = 900.0) -> float:
+        """Seconds spent waiting for the process to be ready (0 where it was, or is gone)."""
+        if self.is_ready or self.failed or self.proc is None or self.proc.stdout is None:
+            return 0.0
+        start = time.monotonic()
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        line = self.proc.stdout.readline() if ready else ""
+        if line.strip() == "ready":
+            self.is_ready = True
+        else:
+            self._fail(f"not ready after {time.monotonic() - start:.0f} s" if not ready else "it exited")
+        return time.monotonic() - start
+
+    def result(self, timeout_s: float = 900.0) -> dict[str, float] | None:
+        """The cut's seconds per phase, timed now (or read from the cache), or None."""
+        if self.value is not None or self.failed:
+            return self.value
+        self.ready(timeout_s)
+        if self.failed or self.proc is None or self.proc.stdin is None or self.folder is None:
+            return None
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            self._fail(str(exc))
+            return None
+        out = Path(self.folder.name) / "cut.json"
+        if self.proc.returncode != 0 or not out.exists():
+            self._fail(f"exit {self.proc.returncode}")
+            return None
+        self.value = {k: float(v) for k, v in json.loads(out.read_text()).items()}
+        if self.cache is not None:
+            self.cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(self.value))
+            os.replace(tmp, self.cache)
+        self.cancel()
+        return self.value
+
+    def _fail(self, why: str) -> None:
+        err = ""
+        if self.folder is not None:
+            with contextlib.suppress(OSError):
+                err = (Path(self.folder.name) / "stderr.log").read_text(errors="replace")[-2000:]
+        log.warning("verl's cut was not timed (%s): %s", why, err)
+        self.failed = True
+        self.cancel()
+
+    def cancel(self) -> None:
+        """End the process, if any, and remove its files."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout) if self.proc is not None else ():
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        if self.folder is not None:
+            self.folder.cleanup()
+            self.folder = None
+
+
+def _read_cached(cached: Path | None) -> dict[str, float] | None:
+    if cached is None or not cached.exists():
+        return None
+    try:
+        return {k: float(v) for k, v in json.loads(cached.read_text()).items()}
+    except (OSError, ValueError):
+        return None
 
 
 def _cache_file(plan: CutPlan, env: dict[str, str]) -> Path | None:
@@ -158,22 +275,3 @@ def _cache_file(plan: CutPlan, env: dict[str, str]) -> Path | None:
         [asdict(plan), env["python"], env.get("PYTHONPATH"), socket.gethostname()], sort_keys=True
     )
     return Path(env["cache_dir"]) / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"
-
-
-def _timed_in_verl(plan: CutPlan, env: dict[str, str], timeout_s: float) -> dict[str, float] | None:
-    root = str(Path(__file__).resolve().parents[2])
-    child = dict(os.environ)
-    child["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    with tempfile.TemporaryDirectory(prefix="verl-cut-") as folder:
-        spec, out = Path(folder) / "plan.json", Path(folder) / "cut.json"
-        spec.write_text(json.dumps(asdict(plan)))
-        command = [env["python"], "-m", "trials.verl", "cut", "--spec", str(spec), "--out", str(out)]
-        try:
-            done = subprocess.run(command, env=child, capture_output=True, text=True, timeout=timeout_s)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            log.warning("verl's cut was not timed: %s", exc)
-            return None
-        if done.returncode != 0 or not out.exists():
-            log.warning("verl's cut was not timed (exit %s): %s", done.returncode, done.stderr[-2000:])
-            return None
-        return {k: float(v) for k, v in json.loads(out.read_text()).items()}
