@@ -47,14 +47,30 @@ class GpuReading:
     processes: tuple[GpuProcess, ...] = ()
 
 
+# Child processes that are not the trial's work (verl's environment timing its cut,
+# ``trials.verl.cut.PreparedCut``): their memory is not the trial's.
+_NOT_THE_TRIALS: set[int] = set()
+
+
+def not_the_trials(pid: int, leaves: bool = False) -> None:
+    """Count the child ``pid`` out of ``process_tree_rss_bytes`` (``leaves``: in again, it ended)."""
+    if leaves:
+        _NOT_THE_TRIALS.discard(pid)
+    else:
+        _NOT_THE_TRIALS.add(pid)
+
+
 def process_tree_rss_bytes() -> int:
-    """RSS of this process plus all of its descendants, in bytes."""
+    """RSS of this process plus all of its descendants, in bytes (those ``not_the_trials``
+    names and theirs left out)."""
     import psutil
 
     me = psutil.Process()
     total = me.memory_info().rss
     for child in me.children(recursive=True):
         try:
+            if child.pid in _NOT_THE_TRIALS or any(p.pid in _NOT_THE_TRIALS for p in child.parents()):
+                continue
             total += child.memory_info().rss
         except psutil.Error:
             continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 import pytest
 import yaml
 from trial_helpers import make_spec
@@ -12,6 +13,7 @@ from verl_helpers import GPU_JOBS, verl_python
 
 from trials import run_trial
 from trials.lengths import step_lengths
+from trials.memory import process_tree_rss_bytes
 from trials.train import run_train
 from trials.types import BatchDraw
 from trials.verl.cut import PHASES, CutPlan, PreparedCut, measure
@@ -89,12 +91,17 @@ def test_a_readied_cut_is_timed_only_when_the_trial_asks(tmp_path: Path) -> None
     """Readied while a trial starts: verl imported, the batch built and cut once untimed, then
     the process waits; the timing (and its entry in the host's cache) comes on request."""
     env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    before = process_tree_rss_bytes()
     cut = PreparedCut(_plan(3584), env)
     try:
         assert cut.proc is not None and cut.proc.poll() is None
         waited = cut.ready()
         assert waited > 0 and cut.is_ready and not cut.failed
         assert cut.proc.poll() is None  # ready, waiting for the word
+        # verl's environment holds its own memory, which is not the trial's.
+        held = psutil.Process(cut.proc.pid).memory_info().rss
+        assert held > 100 * 2**20
+        assert process_tree_rss_bytes() - before < held / 2
         assert not list((tmp_path / "cuts").glob("*.json"))  # nothing timed yet
         seconds = cut.result()
         assert seconds is not None and set(seconds) == set(PHASES)

@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trials.memory import not_the_trials
+
 log = logging.getLogger(__name__)
 
 PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
@@ -192,6 +194,7 @@ class PreparedCut:
                 self.proc = subprocess.Popen(
                     command, env=child, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True
                 )
+            not_the_trials(self.proc.pid)  # its memory is verl's environment's, not the trial's
         except OSError as exc:
             log.warning("verl's cut was not timed: %s", exc)
             self.failed = True
@@ -247,9 +250,11 @@ class PreparedCut:
 
     def cancel(self) -> None:
         """End the process, if any, and remove its files."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            not_the_trials(self.proc.pid, leaves=True)
         for stream in (self.proc.stdin, self.proc.stdout) if self.proc is not None else ():
             if stream is not None:
                 with contextlib.suppress(OSError):
