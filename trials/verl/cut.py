@@ -164,8 +164,8 @@ class PreparedCut:
     Started, it reads the plan's cut from the host's cache, or starts verl's environment on
     it (``python -m trials.verl cut --wait``): that process imports verl, builds the batch and
     cuts it once untimed, says ``ready`` and waits. A trial starts it before its own
-    start-up, so those seconds pass while its actor and engine start, and waits for
-    ``ready`` (``ready``) before any phase it measures. ``result`` then has the cuts timed,
+    start-up, so those seconds pass while its actor and engine start, and waits until it is
+    ready (``ready``) before any phase it measures. ``result`` then has the cuts timed,
     the trial's own work stopped meanwhile, so the host is as quiet as verl's worker is when
     it cuts; ``cancel`` ends the process (a trial that failed first)."""
 
