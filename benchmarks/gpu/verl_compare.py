@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ppo-mini-batch-size", type=int)
     parser.add_argument("--steps", type=int, default=4, help="verl steps per run, the first a warm-up")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--verl-rounds", type=int, help="rounds that run verl too (default: all); later ones trials only"
+    )
     parser.add_argument("--no-predict", action="store_true")
     parser.add_argument("--skip-verl", action="append", default=[], help="a config not run in verl")
     parser.add_argument("--skip-trial", action="append", default=[], help="a config given no trial")
@@ -322,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
                 doc["runs"].append(row)
                 print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
                 out.write_text(json.dumps(doc, indent=1, default=str))
-            if name not in args.skip_verl:
+            verl_rounds = args.rounds if args.verl_rounds is None else args.verl_rounds
+            if name not in args.skip_verl and rnd < verl_rounds:
                 vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
                 vspec.trace = args.trace
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
