@@ -24,6 +24,7 @@ import os
 import threading
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 GIB = float(1 << 30)
 
@@ -60,6 +61,10 @@ def not_the_trials(pid: int, leaves: bool = False) -> None:
         _NOT_THE_TRIALS.add(pid)
 
 
+def _not_the_trials(process: Any) -> bool:
+    return process.pid in _NOT_THE_TRIALS or any(p.pid in _NOT_THE_TRIALS for p in process.parents())
+
+
 def process_tree_rss_bytes() -> int:
     """RSS of this process plus all of its descendants, in bytes (those ``not_the_trials``
     names and theirs left out)."""
@@ -69,7 +74,7 @@ def process_tree_rss_bytes() -> int:
     total = me.memory_info().rss
     for child in me.children(recursive=True):
         try:
-            if child.pid in _NOT_THE_TRIALS or any(p.pid in _NOT_THE_TRIALS for p in child.parents()):
+            if _NOT_THE_TRIALS and _not_the_trials(child):
                 continue
             total += child.memory_info().rss
         except psutil.Error:
