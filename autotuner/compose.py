@@ -35,7 +35,7 @@ from autotuner.knobs import KNOBS
 from autotuner.records import TrialRecord, TrialStatus
 from trials.metrics import THROUGHPUT
 
-ENGINE_PHASES = ("weight_sync", "rollout", "engine_sleep", "engine_wake")
+ENGINE_PHASES = ("weight_sync", "rollout", "rollout_poll", "engine_sleep", "engine_wake")
 ACTOR_PHASES = ("old_log_prob", "ref_log_prob", "update_actor", "actor_reload")
 
 

@@ -23,11 +23,14 @@ from typing import Any
 
 from autotuner.records import TrialRecord
 from trials.metrics import THROUGHPUT
+from trials.step import as_verl_timers
 from trials.verl.types import VerlRunResult
 
 VERL_THROUGHPUT = "perf/throughput"
 VERL_STEP = "timing_s/step"
-# A trial's phase (``TrialResult.phase_timings_s``) and the verl timing that measures it.
+# A trial's phase (``TrialResult.phase_timings_s``) and the verl timing that measures it: the
+# rollout's error is that of the trial's ``gen`` (the rollout and verl's replay-buffer poll,
+# ``trials.step.VERL_TIMERS``).
 PHASE_KEYS: dict[str, str] = {
     "rollout": "timing_s/gen",
     "old_log_prob": "timing_s/old_log_prob",
@@ -117,9 +120,10 @@ def prediction_error_pct(
     """(trial - verl) / verl in percent, per phase both measured and for step throughput
     (``trial_throughput``: the trial's median over its runs, else its one measurement)."""
     medians = verdict.medians()
+    predictions = as_verl_timers(trial.phase_timings_s)
     errors: dict[str, float] = {}
     for phase, key in PHASE_KEYS.items():
-        predicted, measured = trial.phase_timings_s.get(phase), medians.get(key)
+        predicted, measured = predictions.get(key), medians.get(key)
         if predicted is not None and measured:
             errors[phase] = 100.0 * (float(predicted) - measured) / measured
     step, verl_step = trial.metric("step_time_s"), medians.get(VERL_STEP)

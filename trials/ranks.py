@@ -53,7 +53,7 @@ from trials.errors import InvalidTrialSpec, TrialError
 from trials.lengths import drawn
 from trials.metrics import THROUGHPUT
 from trials.phases import phase_of
-from trials.step import step_metrics
+from trials.step import complete_step
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
@@ -417,7 +417,7 @@ def merge(spec: TrialSpec, results: list[TrialResult], abort: dict[str, object] 
         metrics.pop(key, None)  # a rank's own: one rank's share, not the trial's
     failed = {r: res for r, res in enumerate(results) if res.status != "ok"}
     if not failed and abort is None:
-        metrics.update(step_metrics(spec, metrics, timings))
+        complete_step(spec, metrics, timings)
         return merged
     rank, res = _culprit(failed, abort)
     if res is not None and res.error_type not in ("PeerFailed", "TrialProcessDied"):

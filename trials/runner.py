@@ -77,7 +77,7 @@ from trials.phases import in_phase, listening, phase_of
 from trials.ranks import RankGroup
 from trials.rollout import RolloutBackend, get_backend
 from trials.rollout.phase import check_rollout_spec, measure_rollout
-from trials.step import ROLLOUT_COMPONENTS, step_metrics
+from trials.step import ROLLOUT_COMPONENTS, complete_step
 from trials.types import TrialResult, TrialSpec
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def run_trial(
             result.software = software(spec.device, spec.rollout.engine)
             _Trial(spec, result, start, group).run()
             result.phase = None
-            result.metrics.update(step_metrics(spec, result.metrics, result.phase_timings_s))
+            complete_step(spec, result.metrics, result.phase_timings_s)
         except Exception as exc:
             trace = traceback.format_exc()
             log.error("trial %s failed:\n%s", spec.trial_id, trace)

@@ -12,6 +12,13 @@ measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
 - ``weight_sync``: the actor's weights moved into the engine before the rollout, in
   ``update_weights_bucket_megabytes`` buckets (``trials.rollout.weight_sync``);
 - ``rollout``: ``M``, the makespan of one replica;
+- ``rollout_poll``: what verl's trainer waits past the rollout's end before it sees it.
+  verl v0.9's trainer (``trainer.use_v1``, its default) times ``gen`` as its wait on the
+  replay buffer (``verl/trainer/ppo/v1/replay_buffer.py``, ``ReplayBuffer.sample``), which
+  looks for finished trajectories every ``ReplayBuffer.poll_interval`` = 2 s, a constructor
+  default no config key reaches: ``M`` is seen at the first poll after it, ``gen`` is ``M``
+  rounded up to a whole number of polls (``replay_poll_wait_s``). Every ``timing_s/gen`` in
+  ``benchmarks/results/verl-*.json`` is an even number of seconds plus 0.1-0.2 s;
 - ``old_log_prob``, ``ref_log_prob``, ``update_actor``: ``T_x``, the estimated seconds of
   sub-phase ``x`` for one rank's whole share;
 - ``actor_reload``: the actor's offload moves (``param_offload``, ``optimizer_offload``):
@@ -30,13 +37,45 @@ upper bound on what verl reports.
 
 from __future__ import annotations
 
+import math
+
 from trials.metrics import THROUGHPUT
 from trials.types import TrialSpec
 
 TRAIN_SUB_PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
-ROLLOUT_COMPONENTS = ("engine_wake", "weight_sync", "rollout", "engine_sleep")
+ROLLOUT_COMPONENTS = ("engine_wake", "weight_sync", "rollout", "rollout_poll", "engine_sleep")
 TRAIN_COMPONENTS = (*TRAIN_SUB_PHASES, "actor_reload")
 STEP_COMPONENTS = (*ROLLOUT_COMPONENTS, *TRAIN_COMPONENTS)
+# verl v0.9's replay buffer looks for finished trajectories this often (see the module's notes).
+VERL_REPLAY_POLL_S = 2.0
+# Each of verl v0.9's step timers (``timing_s/<name>``) and the trial's parts it covers.
+VERL_TIMERS: dict[str, tuple[str, ...]] = {
+    "timing_s/update_weights": ("weight_sync",),
+    "timing_s/gen": ("rollout", "rollout_poll"),
+    "timing_s/old_log_prob": ("old_log_prob",),
+    "timing_s/ref": ("ref_log_prob",),
+    "timing_s/update_actor": ("update_actor",),
+}
+
+
+def replay_poll_wait_s(rollout_s: float, poll_s: float = VERL_REPLAY_POLL_S) -> float:
+    """Seconds from a rollout's end to the replay buffer's next poll, which sees it: verl's
+    ``gen`` is ``rollout_s`` rounded up to a whole number of polls."""
+    return max(0.0, math.ceil(rollout_s / poll_s - 1e-9) * poll_s - rollout_s)
+
+
+def as_verl_timers(timings: dict[str, float]) -> dict[str, float]:
+    """A trial's step parts summed as verl's timers cover them (``VERL_TIMERS``); a timer whose
+    first part the trial did not measure is left out. A rollout recorded without its poll
+    (trials before ``rollout_poll``) gets it here."""
+    parts = dict(timings)
+    if "rollout" in parts and "rollout_poll" not in parts:
+        parts["rollout_poll"] = replay_poll_wait_s(parts["rollout"])
+    return {
+        timer: sum(parts.get(p, 0.0) for p in covered)
+        for timer, covered in VERL_TIMERS.items()
+        if covered[0] in parts
+    }
 
 
 def step_components(
@@ -49,9 +88,19 @@ def step_components(
     if ran_rollout:
         parts.update({k: timings[k] for k in ROLLOUT_COMPONENTS if k in timings})
         parts["rollout"] = metrics["rollout_makespan_s"]
+        parts["rollout_poll"] = replay_poll_wait_s(parts["rollout"])
     if ran_train:
         parts.update({k: timings[k] for k in TRAIN_COMPONENTS if k in timings})
     return {k: parts[k] for k in STEP_COMPONENTS if k in parts}
+
+
+def complete_step(spec: TrialSpec, metrics: dict[str, float], timings: dict[str, float]) -> None:
+    """Add the step's derived part (``rollout_poll``) to ``timings`` and its step metrics to
+    ``metrics``, so that ``step_time_s`` is the sum of ``timings``' step parts."""
+    parts = step_components(spec, metrics, timings)
+    if "rollout_poll" in parts:
+        timings["rollout_poll"] = parts["rollout_poll"]
+    metrics.update(step_metrics(spec, metrics, timings))
 
 
 def step_metrics(spec: TrialSpec, metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:

@@ -71,6 +71,7 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
+from benchmarks.claims.verl_three import verl_three, verl_three_headline, verl_three_top
 from benchmarks.claims.verl_trace import (
     verl_batching,
     verl_batching_entries,
@@ -121,6 +122,8 @@ CLAIMS: list[Claim] = [
     Claim("verl-cut-check", verl_cut_check),
     Claim("verl-cut-headline", verl_cut_headline),
     Claim("verl-batching-entries", verl_batching_entries),
+    Claim("verl-three", verl_three),
+    Claim("verl-three-headline", verl_three_headline),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("packed-job-top", packed_job_top),
@@ -128,6 +131,7 @@ CLAIMS: list[Claim] = [
     Claim("first-pass-slowdown", first_pass_slowdown),
     Claim("engines-top", engines_top),
     Claim("verl-compare-top", verl_compare_top),
+    Claim("verl-three-top", verl_three_top),
     Claim("load-test", load_test),
     # search/README.md
     Claim("search-cpu-landscape", lambda: landscape_facts(CPU_LANDSCAPE)),

@@ -56,18 +56,11 @@ from autotuner.spec import JobSpec, load_job_spec
 from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
 from trials.launcher import launch_trial
+from trials.step import VERL_TIMERS, as_verl_timers
 from trials.verl.launch import launch_verl
 from trials.verl.metrics import read_arrivals, read_steps, summarize
 from trials.verl.trace import read_trace
 
-# The trial's phase (``phase_timings_s``) each of verl's timings corresponds to.
-PHASES = {
-    "timing_s/update_weights": "weight_sync",
-    "timing_s/gen": "rollout",
-    "timing_s/old_log_prob": "old_log_prob",
-    "timing_s/ref": "ref_log_prob",
-    "timing_s/update_actor": "update_actor",
-}
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 
 
@@ -150,14 +143,15 @@ def table(doc: dict[str, Any]) -> str:
         ]
         verls = [r for r in doc["runs"] if r["config"] == name and r["kind"] == "verl"]
         steps = [s for r in verls for s in r["steps"][r.get("warmup_steps", 1) :]]
+        timers = [as_verl_timers(r["phase_timings_s"]) for r in trials]
         pairs = [("throughput/GPU", THROUGHPUT, "perf/throughput")]
-        pairs += [(phase, phase, key) for key, phase in PHASES.items()]
+        pairs += [("+".join(parts), key, key) for key, parts in VERL_TIMERS.items()]
         pairs += [("step_s", "step_time_s", "timing_s/step")]
         for label, tkey, vkey in pairs:
             t = median(
                 [r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials]
                 if tkey in (THROUGHPUT, "step_time_s")
-                else [r["phase_timings_s"].get(tkey) for r in trials if tkey in r["phase_timings_s"]]
+                else [p[tkey] for p in timers if tkey in p]
             )
             v = median([s[vkey] for s in steps if vkey in s])
             err = f"{t / v - 1:+.1%}" if t and v else "-"

@@ -46,7 +46,8 @@ def _rec(
     timings = {
         "startup": 60.0,
         "weight_sync": 0.5,
-        "rollout": engine_s - 2.5,
+        "rollout": engine_s - 3.0,
+        "rollout_poll": 0.5,  # verl's replay buffer sees the rollout at its next poll
         "engine_sleep": 1.0,
         "engine_wake": 1.0,
         "old_log_prob": actor_s / 4,

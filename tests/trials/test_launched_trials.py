@@ -62,7 +62,7 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
     assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
     assert m["train_peak_memory_gib"] >= 0.9 * m["rollout_peak_memory_gib"]
-    assert set(t) == {"startup", "weight_sync", "rollout", *TRAIN_SUB_PHASES, "actor_reload"}
+    assert set(t) == {"startup", "weight_sync", "rollout", "rollout_poll", *TRAIN_SUB_PHASES, "actor_reload"}
     # The actor's fp32 weights went into the running engine before the rollout, in one
     # bucket of verl's default 2048 MB; the sync is part of the step.
     params = m["actor_params"]
@@ -71,7 +71,10 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["engine_ready_at_s"] < m["weights_synced_at_s"] < m["train_start_at_s"]
     assert t["weight_sync"] == m["weight_sync_s"] > 0
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
-    rollout_side = m["rollout_makespan_s"] + t["weight_sync"]
+    # verl sees the rollout at its replay buffer's first 2 s poll after the rollout's end.
+    gen = m["rollout_makespan_s"] + t["rollout_poll"]
+    assert 0 <= t["rollout_poll"] < 2.0 and gen / 2.0 == pytest.approx(round(gen / 2.0))
+    rollout_side = gen + t["weight_sync"]
     assert step == pytest.approx(rollout_side + sum(t[p] for p in TRAIN_SUB_PHASES))
     assert m["step_time_s"] == pytest.approx(step)
     tokens = sum(spec.train_prompt_lengths) + sum(spec.train_response_lengths)

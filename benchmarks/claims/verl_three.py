@@ -1,0 +1,173 @@
+"""Parts of the READMEs from verl's defaults, example and the winner run in verl on one host,
+beside the trials of the same configs (``benchmarks/gpu/verl-lanes.sh``)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from autotuner.noise import Verdict, compare, spread_pct
+from benchmarks.claims.data import Line, generated_from, load, table
+from benchmarks.gpu.verl_trace import rows as trace_rows
+from trials.step import as_verl_timers, replay_poll_wait_s
+
+VERL_THREE = "results/verl-qwen2.5-1.5b-h100x2-three.json"
+CONFIGS = ("defaults", "example", "winner")
+# verl's step timers the table sets beside the trial's, by the trial's name for them.
+# (gen: the trial's rollout and the poll, ``trials.step.VERL_TIMERS``)
+TIMERS = {
+    "gen": "timing_s/gen",
+    "old_log_prob": "timing_s/old_log_prob",
+    "ref_log_prob": "timing_s/ref",
+    "update_actor": "timing_s/update_actor",
+}
+# The trace's phase for each train sub-phase of the trial.
+TRACED = {"old_log_prob": "old_log_prob", "ref_log_prob": "ref", "update_actor": "update_actor"}
+
+
+def _run(kind: str, config: str) -> dict[str, Any]:
+    return next(r for r in load(VERL_THREE)["run"]["runs"] if r["kind"] == kind and r["config"] == config)
+
+
+def _steps(verl: dict[str, Any]) -> list[dict[str, float]]:
+    return verl["steps"][verl.get("warmup_steps", 1) :]
+
+
+def _verl_median(verl: dict[str, Any], key: str) -> float:
+    return statistics.median(s[key] for s in _steps(verl))
+
+
+def _with_poll(trial: dict[str, Any]) -> float:
+    """The trial's throughput with verl's replay-buffer poll added to its step (the trials of
+    this run were recorded before ``rollout_poll`` was a part of the step)."""
+    t = trial["phase_timings_s"]
+    if "rollout_poll" in t:
+        return float(trial["throughput"])
+    step = trial["step_time_s"]
+    return float(trial["throughput"]) * step / (step + replay_poll_wait_s(t["rollout"]))
+
+
+def _err(predicted: float, measured: float) -> str:
+    return f"{100 * (predicted / measured - 1):+.0f}%"
+
+
+def verl_three() -> list[Line]:
+    """Per config: the trial's step throughput (as recorded, and with verl's poll), verl's
+    median over its measured steps, and the phases as verl's timers time them."""
+    header = [
+        "config",
+        "trial tok/s/GPU",
+        "with verl's poll",
+        "verl tok/s/GPU (median of steps)",
+        "trial error (with poll)",
+    ]
+    header += [f"{name} s, trial / verl" for name in TIMERS]
+    rows = []
+    for config in CONFIGS:
+        trial, verl = _run("trial", config), _run("verl", config)
+        throughputs = [s["perf/throughput"] for s in _steps(verl)]
+        measured = statistics.median(throughputs)
+        polled = _with_poll(trial)
+        status = "" if verl["status"] == "ok" else f", {verl['status']} run"
+        cells = [
+            config,
+            f"{trial['throughput']:.0f}",
+            f"{polled:.0f}",
+            f"{measured:.0f} (n={len(throughputs)}, spread {spread_pct(throughputs) or 0:.1f}%{status})",
+            f"{_err(trial['throughput'], measured)} ({_err(polled, measured)})",
+        ]
+        predicted = as_verl_timers(trial["phase_timings_s"])
+        for key in TIMERS.values():
+            t, v = predicted[key], _verl_median(verl, key)
+            cells.append(f"{t:.1f} / {v:.1f} ({_err(t, v)})")
+        rows.append((cells, (VERL_THREE,)))
+    return [generated_from(VERL_THREE), Line(""), *table(header, rows)]
+
+
+def _cut(verl: dict[str, Any]) -> dict[str, float]:
+    """verl's own cut into micro-batches per phase: the median over the measured steps."""
+    warmup = verl.get("warmup_steps", 1)
+    out = {}
+    for phase, traced in TRACED.items():
+        values = [r["prepare_s"] for r in trace_rows(verl) if r["step"] > warmup and r["phase"] == traced]
+        out[phase] = statistics.median(values)
+    return out
+
+
+def verl_three_headline() -> list[Line]:
+    verl = {c: statistics.median(s["perf/throughput"] for s in _steps(_run("verl", c))) for c in CONFIGS}
+    trial = {c: _with_poll(_run("trial", c)) for c in CONFIGS}
+    recorded = {c: _run("trial", c)["throughput"] for c in CONFIGS}
+    spreads = {c: spread_pct([s["perf/throughput"] for s in _steps(_run("verl", c))]) or 0.0 for c in CONFIGS}
+    verl_order = sorted(CONFIGS, key=lambda c: -verl[c])
+    trial_order = sorted(CONFIGS, key=lambda c: -trial[c])
+    winner_gap = 100 * (verl["winner"] / verl["example"] - 1)
+    band = max(spreads["winner"], spreads["example"])
+    worst = max(CONFIGS, key=lambda c: abs(trial[c] / verl[c] - 1))
+    cut_lines = []
+    for c in CONFIGS:
+        timed = sum(_run("trial", c)["metrics"][f"{p}_verl_cut_s"] for p in TRACED)
+        cut_lines.append(f"{c} {timed:.1f} against {sum(_cut(_run('verl', c)).values()):.1f}")
+    gens = sorted(s["timing_s/gen"] for c in CONFIGS for s in _run("verl", c)["steps"])
+    verdict = compare(verl["winner"], verl["example"], band)
+    word = "a tie" if verdict is Verdict.TIE else f"{verdict} beyond it"
+    return [
+        Line(
+            f"In verl, on one host: the winner {verl['winner']:.0f}, verl's example "
+            f"{verl['example']:.0f} and verl's defaults {verl['defaults']:.0f} tokens/s/GPU (medians of "
+            f"the steps after the warm-up). The winner is {verl['winner'] / verl['defaults']:.2f}x verl's "
+            f"defaults and {winner_gap:+.0f}% against the example, against the {band:.0f}% step-to-step "
+            f"spread of those two: {word}.",
+            (VERL_THREE,),
+        ),
+        Line(""),
+        Line(
+            f"The trials rank the configs {', '.join(trial_order)}; verl ranks them {', '.join(verl_order)} "
+            f"({'the same order' if trial_order == verl_order else 'not the same order'}). Every trial "
+            "predicts more than verl measured: "
+            + ", ".join(
+                f"{c} {_err(recorded[c], verl[c])} ({_err(trial[c], verl[c])} with verl's poll)"
+                for c in CONFIGS
+            )
+            + f". The worst is {worst}.",
+            (VERL_THREE,),
+        ),
+        Line(""),
+        Line(
+            f"Targets: the winner at least 1.2x verl's defaults in verl: "
+            f"{'met' if verl['winner'] >= 1.2 * verl['defaults'] else 'missed'}; the same ranking: "
+            f"{'met' if trial_order == verl_order else 'missed'}; every config's error within 10%: "
+            f"{sum(abs(trial[c] / verl[c] - 1) <= 0.10 for c in CONFIGS)} of {len(CONFIGS)} with verl's poll "
+            f"counted, {sum(abs(recorded[c] / verl[c] - 1) <= 0.10 for c in CONFIGS)} as recorded.",
+            (VERL_THREE,),
+        ),
+        Line(""),
+        Line(
+            "verl's cut into micro-batches, timed by each trial on the host against the median in verl's "
+            "workers (seconds over the step): " + "; ".join(cut_lines) + ".",
+            (VERL_THREE,),
+        ),
+        Line(""),
+        Line(
+            f"verl's gen in the {len(gens)} steps of these runs took "
+            f"{', '.join(f'{g:.2f}' for g in gens)} s: each an even number of seconds and a tenth or two, "
+            "the 2 s poll of verl's replay buffer.",
+            (VERL_THREE,),
+        ),
+    ]
+
+
+def verl_three_top() -> list[Line]:
+    verl = {c: statistics.median(s["perf/throughput"] for s in _steps(_run("verl", c))) for c in CONFIGS}
+    trial = {c: _with_poll(_run("trial", c)) for c in CONFIGS}
+    same = sorted(CONFIGS, key=lambda c: -verl[c]) == sorted(CONFIGS, key=lambda c: -trial[c])
+    errors = [abs(trial[c] / verl[c] - 1) * 100 for c in CONFIGS]
+    return [
+        Line(
+            f"On 2026-11-25 the three configs ran in verl on one host (two H100s, `verl-lanes.sh`; data in "
+            f"`benchmarks/{VERL_THREE}`): the winner is {verl['winner'] / verl['defaults']:.2f}x verl's "
+            f"defaults in verl, the trials rank the three {'as verl does' if same else 'unlike verl'}, and "
+            f"they over-predict by {min(errors):.0f}-{max(errors):.0f}% (verl's replay-buffer poll counted).",
+            (VERL_THREE,),
+        )
+    ]
