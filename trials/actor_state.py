@@ -30,6 +30,17 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
 
 With ``TrialSpec.actor_fsdp`` False the actor is a plain module holding the whole model
 on one device whatever ``n_gpus`` is (no process group), and so is its reference model.
+
+``train.strategy`` picks the FSDP the actor and the ref are built with, as verl's
+``actor_rollout_ref.actor.strategy`` does: ``fsdp2`` (FSDP2, as above) or ``fsdp``, verl
+v0.9's default: FSDP1's ``FullyShardedDataParallel`` wrapping each decoder layer and the
+root, as ``verl/workers/engine/fsdp/transformer_impl.py`` builds it (``MixedPrecision``
+with float32 reduction and buffers, full sharding over the world, which FSDP1 turns into
+``NO_SHARD`` on a world of one, flat parameters, no forward prefetch, module states
+synchronised from rank 0; the ref under FSDP1's ``CPUOffload(offload_params=True)``; the
+state dict full on a world of one and sharded beyond, which the weight sync reads). FSDP1
+runs on GPUs only: on a CPU it is refused (``TrialEnvironmentError``), as is the actor's
+``param_offload`` with it (``trials.train.check_train_spec``).
 """
 
 from __future__ import annotations
@@ -44,10 +55,12 @@ import torch
 
 from trials import actor
 from trials.distributed import ActorWorld
+from trials.errors import TrialEnvironmentError
 from trials.types import TrialSpec
 
 ADAMW_LR = 1e-6
 GIB = float(1 << 30)
+STRATEGIES = ("fsdp", "fsdp2")  # actor_rollout_ref.actor.strategy: FSDP1, FSDP2
 
 
 @dataclass
@@ -64,6 +77,7 @@ class ActorState:
     fsdp_units: int = 0
     ref_cpu_offload: bool = False
     attention: str = actor.SDPA
+    fsdp_version: int = 2  # 1: FSDP1 (strategy fsdp), 2: FSDP2 (fsdp2); 0 without FSDP
 
     @property
     def fsdp(self) -> bool:
@@ -125,6 +139,7 @@ class ActorState:
             "actor_fsdp_world_size": float(self.world.world_size if self.world else 1),
             "actor_fsdp_fake_collectives": float(bool(self.world and self.world.fake)),
             "actor_fsdp_units": float(self.fsdp_units),
+            "actor_fsdp_version": float(self.fsdp_version if self.fsdp else 0),
             "actor_params": float(sum(p.numel() for p in self.model.parameters())),
             "actor_master_dtype_bits": float(master.element_size() * 8),
             "actor_param_offload": float(self.param_offload),
@@ -146,16 +161,25 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
         create_workspaces(device, compute)
     ref = None
     ref_offload = t.use_ref and on_cuda and world is not None
+    fsdp1 = world is not None and t.strategy == "fsdp"
+    if fsdp1 and not on_cuda:
+        raise TrialEnvironmentError(
+            "actor_rollout_ref.actor.strategy=fsdp builds FSDP1, which runs on GPUs only; "
+            "on a CPU use strategy fsdp2"
+        )
+    wrap = shard_fsdp1 if fsdp1 else shard
     if t.use_ref:  # first: its transient copy on the device is freed before the actor's
         ref_dtype = torch.float32 if ref_offload else compute
         ref = actor.build_causal_lm(spec.model_config, ref_dtype, device, False, attention)
         ref.eval()
         if world is not None:
-            shard(ref, world, compute, cpu_offload=ref_offload)
+            ref, _ = wrap(ref, world, compute, cpu_offload=ref_offload)
     model = actor.build_causal_lm(
         spec.model_config, torch.float32, device, t.enable_gradient_checkpointing, attention
     )
-    units = shard(model, world, compute) if world is not None else 0
+    units = 0
+    if world is not None:
+        model, units = wrap(model, world, compute)
     optimizer = torch.optim.AdamW(model.parameters(), lr=ADAMW_LR)
     allocate_optimizer_state(model, optimizer)
     state = ActorState(
@@ -169,6 +193,7 @@ def build_actor_state(spec: TrialSpec, dtype: str, world: ActorWorld | None) -> 
         fsdp_units=units,
         ref_cpu_offload=ref_offload,
         attention=attention,
+        fsdp_version=1 if fsdp1 else 2,
     )
     state.offload_optimizer()
     state.offload_params()
@@ -198,9 +223,10 @@ def create_workspaces(device: torch.device, compute: torch.dtype) -> None:
 
 def shard(
     model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool = False
-) -> int:
-    """``fully_shard`` each decoder layer, then the root; the number of FSDP units.
-    ``cpu_offload``: the shards live in pinned CPU memory, copied in for each use."""
+) -> tuple[torch.nn.Module, int]:
+    """``fully_shard`` each decoder layer, then the root (in place): the module and the
+    number of FSDP units. ``cpu_offload``: the shards live in pinned CPU memory, copied in
+    for each use."""
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {
@@ -214,7 +240,47 @@ def shard(
     for layer in layers:
         fully_shard(layer, **kwargs)
     fully_shard(model, **kwargs)
-    return len(layers) + 1
+    return model, len(layers) + 1
+
+
+def shard_fsdp1(
+    model: torch.nn.Module, world: ActorWorld, param_dtype: torch.dtype, cpu_offload: bool = False
+) -> tuple[torch.nn.Module, int]:
+    """FSDP1 around each decoder layer and the root, as verl's ``fsdp`` strategy wraps a
+    module (see the module docstring): the wrapped module and the number of FSDP units.
+    ``cpu_offload``: the flat parameters live in CPU memory, copied in for each use."""
+    from torch.distributed.fsdp import (
+        CPUOffload,
+        FullStateDictConfig,
+        MixedPrecision,
+        ShardedStateDictConfig,
+        ShardingStrategy,
+        StateDictType,
+    )
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    layer_types = {type(m) for m in model.modules() if type(m).__name__ in layer_classes}
+    wrapped = FSDP(
+        model,
+        auto_wrap_policy=ModuleWrapPolicy(layer_types),
+        device_id=world.device,
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        mixed_precision=MixedPrecision(
+            param_dtype=param_dtype, reduce_dtype=torch.float32, buffer_dtype=torch.float32
+        ),
+        sync_module_states=True,
+        device_mesh=world.mesh,
+        forward_prefetch=False,
+        use_orig_params=False,
+        cpu_offload=CPUOffload(offload_params=True) if cpu_offload else None,
+    )
+    if world.world_size == 1:
+        FSDP.set_state_dict_type(wrapped, StateDictType.FULL_STATE_DICT, FullStateDictConfig())
+    else:
+        FSDP.set_state_dict_type(wrapped, StateDictType.SHARDED_STATE_DICT, ShardedStateDictConfig())
+    return wrapped, len(FSDP.fsdp_modules(wrapped))
 
 
 def allocate_optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:

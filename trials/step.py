@@ -18,7 +18,8 @@ measured, ``STEP_COMPONENTS``, each a key of ``phase_timings_s``:
   looks for finished trajectories every ``ReplayBuffer.poll_interval`` = 2 s, a constructor
   default no config key reaches: ``M`` is seen at the first poll after it, ``gen`` is ``M``
   rounded up to a whole number of polls (``replay_poll_wait_s``). Every ``timing_s/gen`` in
-  ``benchmarks/results/verl-*.json`` is an even number of seconds plus 0.1-0.2 s;
+  ``benchmarks/results/verl-*.json`` (2026-11-24 and -25) is an even number of seconds
+  plus 0.08-0.23 s;
 - ``old_log_prob``, ``ref_log_prob``, ``update_actor``: ``T_x``, the estimated seconds of
   sub-phase ``x`` for one rank's whole share;
 - ``actor_reload``: the actor's offload moves (``param_offload``, ``optimizer_offload``):

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from trials import actor
-from trials.actor_state import ADAMW_LR, ActorState, build_actor_state, release
+from trials.actor_state import ADAMW_LR, STRATEGIES, ActorState, build_actor_state, release
 from trials.batching import MicroBatch, log_prob_plan, update_plan
 from trials.device import dtype_bits
 from trials.distributed import actor_world
@@ -76,6 +76,14 @@ def check_train_spec(spec: TrialSpec) -> None:
         raise InvalidTrialSpec("every train prompt and response length must be >= 1")
     if spec.n_gpus < 1:
         raise InvalidTrialSpec(f"n_gpus must be >= 1, got {spec.n_gpus}")
+    strategy = spec.train.strategy
+    if strategy not in STRATEGIES:
+        raise InvalidTrialSpec(f"actor strategy must be one of {STRATEGIES}, got {strategy!r}")
+    if strategy == "fsdp" and spec.train.param_offload:
+        raise InvalidTrialSpec(
+            "actor_rollout_ref.actor.fsdp_config.param_offload=True with strategy fsdp (FSDP1) is "
+            "not measured by the trial; use strategy fsdp2 or param_offload=False"
+        )
     train_plans(spec)  # a knob verl would reject fails here, before any engine starts
 
 
@@ -253,7 +261,8 @@ def _entropy(spec: TrialSpec) -> bool:
 
 def _reshard(model: torch.nn.Module) -> None:
     """Free FSDP2's unsharded parameters a forward without backward leaves behind (the
-    root module's, which FSDP keeps after forward for the backward that never comes)."""
+    root module's, which FSDP keeps after forward for the backward that never comes).
+    FSDP1 reshards after a forward without gradients itself (and has no ``reshard``)."""
     reshard = getattr(model, "reshard", None)
     if callable(reshard):
         reshard()

@@ -104,6 +104,12 @@ class TrainKnobs:
     # whether its computation is recomputed in the backward (entropy_checkpointing).
     entropy_coeff: float = 0.0
     entropy_checkpointing: bool = False
+    # actor_rollout_ref.actor.strategy (the ref follows it): "fsdp2" builds FSDP2's
+    # ``fully_shard``; "fsdp", verl v0.9's default, FSDP1's ``FullyShardedDataParallel``
+    # as verl's engine builds it (CUDA only, without the actor's param_offload so far;
+    # ``trials.actor_state``). The trials' default stays fsdp2 until FSDP1 trials are
+    # measured against verl on a GPU.
+    strategy: str = "fsdp2"
 
 
 @dataclass

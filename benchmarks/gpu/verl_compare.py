@@ -281,6 +281,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-verl-cut", action="store_true", help="trials leave out verl's cut into micro-batches"
     )
+    parser.add_argument(
+        "--actor-strategy",
+        choices=("fsdp", "fsdp2"),
+        help="the FSDP the trials build the actor and the ref with (default: the trials' own)",
+    )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -311,6 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, config in configs.items():
             if not args.no_predict and name not in args.skip_trial:
                 tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
+                if args.actor_strategy:
+                    tspec.train.strategy = args.actor_strategy
                 if args.verl_pythonpath and not args.no_verl_cut:
                     tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
                 print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)

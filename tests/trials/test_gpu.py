@@ -137,6 +137,51 @@ def test_train_trial_on_cuda(tiny_config, offload):
     assert not result.device.startswith("cpu")
 
 
+def test_verls_fsdp1_strategy_trains_as_fsdp2_does(tiny_config):
+    """strategy fsdp: the actor and the ref under FSDP1, as verl v0.9 builds them by default;
+    the same step's work as FSDP2's, the same master weights and the ref offloaded."""
+    results = {}
+    for strategy in ("fsdp", "fsdp2"):
+        spec = make_spec(
+            tiny_config,
+            trial_id=f"gpu-{strategy}",
+            phases=["train"],
+            device="cuda",
+            dtype="bfloat16",
+            device_memory_cap_gib=None,
+        )
+        spec.train.strategy = strategy
+        results[strategy] = launch_trial(spec, timeout_s=300)
+    for strategy, result in results.items():
+        assert result.status == "ok", (strategy, result.error_message, result.log_tail[-3000:])
+    one, two = results["fsdp"].metrics, results["fsdp2"].metrics
+    assert (one["actor_fsdp_version"], two["actor_fsdp_version"]) == (1, 2)
+    assert one["actor_master_dtype_bits"] == 32 and one["ref_cpu_offload"] == 1
+    assert one["actor_fsdp_units"] == two["actor_fsdp_units"]  # each decoder layer and the root
+    assert one["actor_params"] >= two["actor_params"]  # FSDP1's flat parameters may pad
+    for key in ("old_log_prob_micro_batches", "update_actor_micro_batches", "step_tokens"):
+        assert one[key] == two[key], key
+
+
+@pytest.mark.engine
+def test_verls_fsdp1_actor_sends_its_full_weights_into_the_engine(tiny_config):
+    _needs_vllm()
+    spec = make_spec(
+        tiny_config, trial_id="gpu-fsdp1-e2e", device="cuda", dtype="bfloat16", device_memory_cap_gib=None
+    )
+    spec.train.strategy = "fsdp"
+    spec.rollout.gpu_memory_utilization = 0.3
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m = result.metrics
+    # FSDP1's full state dict on a world of one: every fp32 weight, by its own name (the
+    # flat parameters of a world of one hold no padding).
+    embed = tiny_config["vocab_size"] * tiny_config["hidden_size"]  # lm_head, tied, sent too
+    assert m["actor_fsdp_version"] == 1
+    assert m["weight_sync_bytes"] == 4 * (m["actor_params"] + embed)
+    assert result.phase_timings_s["weight_sync"] > 0
+
+
 def test_one_rank_of_eight_holds_an_eighth_of_the_actor():
     one = launch_trial(qwen_spec("rank-of-1", phases=["train"]), timeout_s=600)
     eight = launch_trial(qwen_spec("rank-of-8", phases=["train"], n_gpus=8), timeout_s=600)

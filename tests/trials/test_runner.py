@@ -48,3 +48,26 @@ def test_a_request_longer_than_max_model_len_is_refused(tiny_config):
     spec.rollout.max_model_len = 64
     result = run_trial(spec)
     assert result.status == "error" and "Raise max_model_len" in result.error_message
+
+
+def test_verls_fsdp1_strategy_needs_a_gpu_and_says_so(tiny_config):
+    spec = make_spec(tiny_config, phases=["train"], n_gpus=2)
+    spec.train.strategy = "fsdp"
+    result = run_trial(spec)
+    assert (result.status, result.error_type) == ("error", "TrialEnvironmentError")
+    assert "strategy=fsdp" in result.error_message and "fsdp2" in result.error_message
+
+
+@pytest.mark.parametrize(
+    ("strategy", "param_offload", "says"),
+    [
+        ("fsdp3", False, "actor strategy must be one of"),
+        ("fsdp", True, "param_offload=True with strategy fsdp"),
+    ],
+)
+def test_an_actor_strategy_the_trial_does_not_measure_is_refused(tiny_config, strategy, param_offload, says):
+    spec = make_spec(tiny_config, phases=["train"])
+    spec.train.strategy, spec.train.param_offload = strategy, param_offload
+    result = run_trial(spec)
+    assert (result.status, result.error_type) == ("error", "InvalidTrialSpec")
+    assert says in result.error_message
