@@ -115,16 +115,21 @@ def test_a_trial_refuses_a_gpu_someone_else_holds(tiny_config):
     assert "GiB in use" in result.error_message
 
 
-@pytest.mark.parametrize("offload", [False, True])
-def test_train_trial_on_cuda(tiny_config, offload):
-    spec = make_spec(
-        tiny_config,
-        trial_id=f"gpu-train-{offload}",
+def cuda_train_spec(config, trial_id: str):
+    """A train-only bf16 trial of ``config`` on the GPU, uncapped."""
+    return make_spec(
+        config,
+        trial_id=trial_id,
         phases=["train"],
         device="cuda",
         dtype="bfloat16",
         device_memory_cap_gib=None,
     )
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_train_trial_on_cuda(tiny_config, offload):
+    spec = cuda_train_spec(tiny_config, f"gpu-train-{offload}")
     spec.train.param_offload = spec.train.optimizer_offload = offload
     result = launch_trial(spec, timeout_s=300)
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
@@ -142,14 +147,7 @@ def test_verls_fsdp1_strategy_trains_as_fsdp2_does(tiny_config):
     the same step's work as FSDP2's, the same master weights and the ref offloaded."""
     results = {}
     for strategy in ("fsdp", "fsdp2"):
-        spec = make_spec(
-            tiny_config,
-            trial_id=f"gpu-{strategy}",
-            phases=["train"],
-            device="cuda",
-            dtype="bfloat16",
-            device_memory_cap_gib=None,
-        )
+        spec = cuda_train_spec(tiny_config, f"gpu-{strategy}")
         spec.train.strategy = strategy
         results[strategy] = launch_trial(spec, timeout_s=300)
     for strategy, result in results.items():
