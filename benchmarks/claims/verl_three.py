@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
-from benchmarks.claims.data import Line, generated_from, load, table
+from benchmarks.claims.data import Line, generated_from, load, span, table
 from benchmarks.gpu.verl_trace import rows as trace_rows
 from trials.step import VERL_REPLAY_POLL_S, as_verl_timers, replay_poll_wait_s
 
@@ -109,6 +109,7 @@ def verl_three_headline() -> list[Line]:
         timed = sum(_run("trial", c)["metrics"][f"{p}_verl_cut_s"] for p in TRACED)
         cut_lines.append(f"{c} {timed:.1f} against {sum(_cut(_run('verl', c)).values()):.1f}")
     gens = sorted(s["timing_s/gen"] for c in CONFIGS for s in _run("verl", c)["steps"])
+    ended = [r for c in CONFIGS if (r := _run("verl", c))["status"] == "ok"]
     verdict = compare(verl["winner"], verl["example"], band)
     over = all(recorded[c] > verl[c] and trial[c] > verl[c] for c in CONFIGS)
     past_poll = [g % VERL_REPLAY_POLL_S for g in gens]
@@ -142,6 +143,14 @@ def verl_three_headline() -> list[Line]:
             f"{'met' if trial_order == verl_order else 'missed'}; every config's error within 10%: "
             f"{sum(abs(trial[c] / verl[c] - 1) <= 0.10 for c in CONFIGS)} of {len(CONFIGS)} with verl's poll "
             f"counted, {sum(abs(recorded[c] / verl[c] - 1) <= 0.10 for c in CONFIGS)} as recorded.",
+            (VERL_THREE,),
+        ),
+        Line(""),
+        Line(
+            f"verl's runs that ended took {span([r['wall_s'] / 60 for r in ended], '.1f')} minutes each, "
+            f"{span([r['startup_s'] / 60 for r in ended], '.1f')} of them before the first step "
+            f"({' and '.join(r['config'] for r in ended)}); the first step, a warm-up, took "
+            f"{span([r['steps'][0]['timing_s/step'] / 60 for r in ended], '.1f')} more.",
             (VERL_THREE,),
         ),
         Line(""),
