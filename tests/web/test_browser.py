@@ -14,6 +14,8 @@ import httpx
 import pytest
 import yaml
 
+from autotuner.verl_check import CHECK_TIMEOUT_S
+
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 FINISHED = ("succeeded", "failed", "cancelled")
 pytestmark = pytest.mark.timeout(400)
@@ -128,6 +130,9 @@ def test_job_page_follows_a_real_job(server: Any, e2e_job_id: str, browser: Any)
     best = job["best"]["number"]
     link = browser.find_element("css selector", f"#trial-{best} a[data-download][href$='format=yaml']")
     assert link.get_attribute("download") == f"web-e2e-trial{best}.yaml"
+    # A config's first export waits for verl's own check of it (a process that imports verl),
+    # longer than Selenium's default 30 s for a script on a loaded machine.
+    browser.set_script_timeout(CHECK_TIMEOUT_S + 30)
     fetched = _js(browser, "return fetch(arguments[0]).then(r => r.text())", link.get_attribute("href"))
     assert "actor_rollout_ref" in yaml.safe_load(fetched)
     _js(browser, "arguments[0].scrollIntoView({block: 'center'})", link)
