@@ -105,13 +105,13 @@ def test_fuzz_every_endpoint_finds_no_server_error(tmp_path) -> None:
                 "--workers",
                 "1",
                 "--request-timeout",
-                "30",
+                "150",  # a config's first export waits for verl's own check (a process importing verl)
                 "--suppress-health-check",
                 "all",
             ],
             capture_output=True,
             text=True,
-            timeout=150,
+            timeout=480,
             cwd=tmp_path,
         )
         output = done.stdout + done.stderr
