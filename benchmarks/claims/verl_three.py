@@ -8,8 +8,9 @@ from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
 from benchmarks.claims.data import Line, generated_from, load, span, table
-from benchmarks.gpu.verl_trace import rows as trace_rows
+from benchmarks.claims.verl_trace import cut_medians
 from trials.step import VERL_REPLAY_POLL_S, as_verl_timers, replay_poll_wait_s
+from trials.verl.cut import PHASES as CUT_PHASES
 
 VERL_THREE = "results/verl-qwen2.5-1.5b-h100x2-three.json"
 CONFIGS = ("defaults", "example", "winner")
@@ -21,8 +22,6 @@ TIMERS = {
     "ref_log_prob": "timing_s/ref",
     "update_actor": "timing_s/update_actor",
 }
-# The trace's phase for each train sub-phase of the trial.
-TRACED = {"old_log_prob": "old_log_prob", "ref_log_prob": "ref", "update_actor": "update_actor"}
 
 
 def _run(kind: str, config: str) -> dict[str, Any]:
@@ -84,19 +83,14 @@ def verl_three() -> list[Line]:
     return [generated_from(VERL_THREE), Line(""), *table(header, rows)]
 
 
-def _cut(verl: dict[str, Any]) -> dict[str, float]:
-    """verl's own cut into micro-batches per phase: the median over the measured steps."""
-    warmup = verl.get("warmup_steps", 1)
-    out = {}
-    for phase, traced in TRACED.items():
-        values = [r["prepare_s"] for r in trace_rows(verl) if r["step"] > warmup and r["phase"] == traced]
-        out[phase] = statistics.median(values)
-    return out
+def _throughputs() -> tuple[dict[str, float], dict[str, float]]:
+    """Per config: verl's median step throughput, and the trial's with verl's poll."""
+    verl = {c: _verl_median(_run("verl", c), "perf/throughput") for c in CONFIGS}
+    return verl, {c: _with_poll(_run("trial", c)) for c in CONFIGS}
 
 
 def verl_three_headline() -> list[Line]:
-    verl = {c: statistics.median(s["perf/throughput"] for s in _steps(_run("verl", c))) for c in CONFIGS}
-    trial = {c: _with_poll(_run("trial", c)) for c in CONFIGS}
+    verl, trial = _throughputs()
     recorded = {c: _run("trial", c)["throughput"] for c in CONFIGS}
     spreads = {c: spread_pct([s["perf/throughput"] for s in _steps(_run("verl", c))]) or 0.0 for c in CONFIGS}
     verl_order = sorted(CONFIGS, key=lambda c: -verl[c])
@@ -106,8 +100,9 @@ def verl_three_headline() -> list[Line]:
     worst = max(CONFIGS, key=lambda c: abs(trial[c] / verl[c] - 1))
     cut_lines = []
     for c in CONFIGS:
-        timed = sum(_run("trial", c)["metrics"][f"{p}_verl_cut_s"] for p in TRACED)
-        cut_lines.append(f"{c} {timed:.1f} against {sum(_cut(_run('verl', c)).values()):.1f}")
+        timed = sum(_run("trial", c)["metrics"][f"{p}_verl_cut_s"] for p in CUT_PHASES)
+        in_verl = sum(median for median, _, _ in cut_medians(_run("verl", c)).values())
+        cut_lines.append(f"{c} {timed:.1f} against {in_verl:.1f}")
     gens = sorted(s["timing_s/gen"] for c in CONFIGS for s in _run("verl", c)["steps"])
     ended = [r for c in CONFIGS if (r := _run("verl", c))["status"] == "ok"]
     verdict = compare(verl["winner"], verl["example"], band)
@@ -175,8 +170,7 @@ def verl_three_headline() -> list[Line]:
 
 
 def verl_three_top() -> list[Line]:
-    verl = {c: statistics.median(s["perf/throughput"] for s in _steps(_run("verl", c))) for c in CONFIGS}
-    trial = {c: _with_poll(_run("trial", c)) for c in CONFIGS}
+    verl, trial = _throughputs()
     same = sorted(CONFIGS, key=lambda c: -verl[c]) == sorted(CONFIGS, key=lambda c: -trial[c])
     errors = [abs(trial[c] / verl[c] - 1) * 100 for c in CONFIGS]
     return [

@@ -232,7 +232,7 @@ def verl_cut_counted() -> list[Line]:
     return [generated_from(VERL_LANES, VERL_TRACE), Line(""), *table(header, rows)]
 
 
-def _cut_medians(verl: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
+def cut_medians(verl: dict[str, Any]) -> dict[str, tuple[float, float, float]]:
     """Per phase, verl's own cut seconds over the measured steps: median, least, most."""
     warmup = verl.get("warmup_steps", 1)
     out = {}
@@ -257,7 +257,7 @@ def verl_cut_check() -> list[Line]:
         ("winner", _lanes_run("trial", "winner"), _traced()[0], "earlier x1 host", (VERL_LANES, VERL_TRACE)),
     ]
     for config, trial, verl, where, sources in pairs:
-        for phase, (median, low, high) in _cut_medians(verl).items():
+        for phase, (median, low, high) in cut_medians(verl).items():
             timed = trial["metrics"][f"{PHASES[phase]}_verl_cut_s"]
             rows.append(
                 ([config, phase, f"{timed:.2f}", f"{median:.2f} ({low:.2f}-{high:.2f})", where], sources)
@@ -277,7 +277,7 @@ def verl_cut_headline() -> list[Line]:
 
     cut = sum(winner["metrics"][f"{p}_verl_cut_s"] for p in PHASES.values())
     example_cut = sum(example["metrics"][f"{p}_verl_cut_s"] for p in PHASES.values())
-    verl_cut = sum(m[0] for m in _cut_medians(example_verl).values())
+    verl_cut = sum(m[0] for m in cut_medians(example_verl).values())
     apart = 100 * (
         max(printed["throughput"], example["throughput"]) / min(printed["throughput"], example["throughput"])
         - 1
