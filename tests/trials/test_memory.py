@@ -4,6 +4,9 @@ import subprocess
 import sys
 import time
 
+import psutil
+
+from trials import memory
 from trials.memory import PeakMemorySampler
 
 
@@ -19,3 +22,33 @@ def test_cpu_sampler_reports_growth_over_the_phase_baseline():
         time.sleep(0.1)
     assert sampler.baseline_gib > 0.0
     assert sampler.peak_gib < 0.05
+
+
+def test_the_tree_walk_counts_grandchildren_and_leaves_out_what_is_not_the_trials():
+    # A child whose own child holds 200 MiB: the walk down /proc's children lists counts it
+    # as psutil's walk of the whole process table does, and leaves the child's subtree out
+    # once it is named not the trial's.
+    grandchild = "import time; x = bytearray(200 * 2**20); print(flush=True); time.sleep(60)"
+    code = (
+        "import subprocess, sys, time; "
+        f"p = subprocess.Popen([sys.executable, '-c', {grandchild!r}], stdout=sys.stdout); "
+        "time.sleep(60)"
+    )
+    before = memory.process_tree_rss_bytes()
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline()  # the grandchild allocated
+        held = memory.process_tree_rss_bytes() - before
+        assert held > 200 * 2**20
+        assert abs(memory.process_tree_rss_bytes() - memory._psutil_tree_rss_bytes()) < 16 * 2**20
+        memory.not_the_trials(child.pid)
+        try:
+            assert memory.process_tree_rss_bytes() - before < 16 * 2**20
+            assert abs(memory.process_tree_rss_bytes() - memory._psutil_tree_rss_bytes()) < 16 * 2**20
+        finally:
+            memory.not_the_trials(child.pid, leaves=True)
+    finally:
+        for proc in psutil.Process(child.pid).children(recursive=True):
+            proc.kill()
+        child.kill()
+        child.wait()

@@ -9,9 +9,11 @@ from trials.launcher import proc_stats, session_processes
 
 
 class Poller:
-    """Calls ``poll`` every ``interval_s`` in a thread while the ``with`` block runs."""
+    """Calls ``poll`` every ``interval_s`` in a thread while the ``with`` block runs. A poll
+    reads the whole process table (several milliseconds with the few hundred processes of a
+    parallel test run); the processes it looks for live for seconds."""
 
-    interval_s = 0.05
+    interval_s = 0.2
 
     def __init__(self) -> None:
         self._stop = threading.Event()
