@@ -13,7 +13,7 @@ import time
 
 import pytest
 from trial_helpers import make_spec, wait_for_phase, with_engine
-from trial_watch import TrialSessions
+from trial_watch import EngineCpus, TrialSessions
 
 from trials.launcher import launch_trial
 from trials.rollout import BACKENDS
@@ -30,10 +30,14 @@ def test_full_trial_on_cpu(tiny_config, engine):
     spec.rollout.free_cache_engine = False  # the engine stays up beside the training actor
     spec.train_probe = True
     spec.prompt_lengths = [p for p in spec.prompt_lengths[::4] for _ in range(4)]
-    with TrialSessions() as sessions:
+    with TrialSessions() as sessions, EngineCpus() as engine_cpus:
         result = launch_trial(spec, timeout_s=240)
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
     m, t = result.metrics, result.phase_timings_s
+    if engine == "vllm":
+        # vLLM's worker kept the trial's CPUs: not pinned to the host's first core, where
+        # the engines of trials side by side (or of a trial's replicas) would share one.
+        assert list(engine_cpus.cpus.values()) == [os.sched_getaffinity(0)], engine_cpus.cpus
     # Every request came back with exactly its length (a mismatch fails the trial).
     assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
     assert m["rollout_requests"] == len(spec.prompt_lengths)

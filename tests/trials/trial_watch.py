@@ -54,3 +54,22 @@ class TrialSessions(Poller):
     def leftovers(self) -> list[int]:
         """Live processes still in any recorded session."""
         return [pid for sid in self.sids for pid in session_processes(sid)]
+
+
+class EngineCpus(Poller):
+    """The CPUs each vLLM worker process under this one may run on, as last seen (the
+    worker binds its threads while it starts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cpus: dict[int, set[int]] = {}
+
+    def poll(self) -> None:
+        import psutil
+
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.name().startswith("VLLM::Worker"):
+                    self.cpus[proc.pid] = set(os.sched_getaffinity(proc.pid))
+            except (psutil.Error, OSError):
+                continue

@@ -21,6 +21,12 @@ KV cache gets ``kv_cache_memory_bytes = gpu_memory_utilization * cap`` (default 
 (integer GiB) would override it, so it is removed from the environment for the
 engine's lifetime.
 
+On CPU vLLM's default thread binding (``VLLM_CPU_OMP_THREADS_BIND=auto``) pins every
+engine's worker to the host's first core, whatever else runs: the engines of a trial's two
+replicas, or of trials running side by side, then share one core while the others idle.
+A CPU trial's engine is started with ``nobind`` (the worker keeps the trial's CPUs and its
+one serving thread, and the kernel places it), unless the variable is set already.
+
 On a GPU larger than ``device_memory_cap_gib`` (emulating a smaller card), the
 fraction is scaled by ``cap / capacity`` so the engine takes what it would take there.
 
@@ -60,6 +66,7 @@ log = logging.getLogger(__name__)
 
 GIB = 1 << 30
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
+CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 SHUTDOWN_WAIT_S = 30.0
 SLEEP_LEVEL = 1
 CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
@@ -116,6 +123,7 @@ class VllmBackend(RolloutBackend):
         self._llm: Any = None
         self._model_dir: str | None = None
         self._saved_kv_env: str | None = None
+        self._set_bind_env = False
         self._children_before: set[int] = set()
         self._watch: EngineWatch | None = None
         self.import_s = 0.0
@@ -131,6 +139,9 @@ class VllmBackend(RolloutBackend):
                     CPU_KV_ENV,
                     self._saved_kv_env,
                 )
+            if CPU_BIND_ENV not in os.environ:
+                os.environ[CPU_BIND_ENV] = "nobind"
+                self._set_bind_env = True
         t0 = time.perf_counter()
         from vllm import LLM
 
@@ -233,6 +244,9 @@ class VllmBackend(RolloutBackend):
         if self._saved_kv_env is not None:
             os.environ[CPU_KV_ENV] = self._saved_kv_env
             self._saved_kv_env = None
+        if self._set_bind_env:
+            os.environ.pop(CPU_BIND_ENV, None)
+            self._set_bind_env = False
 
 
 def _death_probe(llm: Any, children_before: set[int]) -> Callable[[], str | None]:
