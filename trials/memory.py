@@ -66,10 +66,9 @@ def process_tree_rss_bytes() -> int:
     names and theirs left out).
 
     Walks the tree down from this process through ``/proc/<pid>/task/<tid>/children``, so a
-    sample reads the trial's own processes, not every process on the host (psutil's
-    ``children`` reads the whole process table: on a host running a few hundred processes
-    that cost a sampling thread at 50 ms a fifth of a core). psutil's walk where the kernel
-    lacks those files (``CONFIG_PROC_CHILDREN``)."""
+    sample reads the trial's own processes only (psutil's ``children`` reads the whole
+    process table, a cost that grows with every process on the host, paid every sample).
+    psutil's walk where the kernel lacks those files (``CONFIG_PROC_CHILDREN``)."""
     if not _CHILDREN_LISTED:
         return _psutil_tree_rss_bytes()
     total = 0
