@@ -54,6 +54,19 @@ def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, 
     return RolloutKnobs(**rollout), TrainKnobs(**train)
 
 
+def actor_strategy(device: str, world_size: int, param_offload: bool) -> str:
+    """The FSDP a trial builds its actor and ref with. verl v0.9 exports no
+    ``actor_rollout_ref.actor.strategy`` of ours and runs its default, ``fsdp`` (FSDP1); the
+    trial builds FSDP1 where it is measured against verl (one GPU, a world of one, the actor
+    not offloaded: FSDP1 runs there as verl runs it) and FSDP2 elsewhere (on a CPU, where
+    FSDP1 does not run; for one rank of a larger world, whose FSDP1 collectives the trial has
+    not been measured with; with the actor's ``param_offload``, which the trial moves as
+    FSDP2's). The result records which it built (``actor_fsdp_version``)."""
+    if device == "cuda" and world_size == 1 and not param_offload:
+        return "fsdp"
+    return "fsdp2"
+
+
 def trial_gpus(spec: JobSpec, config: dict[str, Any]) -> int:
     """The GPUs one trial of ``config`` runs on (``cluster.trial_scope``): its rollout
     replica's TP group, or the whole world."""
@@ -75,6 +88,7 @@ def build_trial_spec(
     when not given; a caller building many specs passes it once)."""
     w, cluster = spec.workload, spec.cluster
     rollout, train = knobs_for_trial(config, w.engine)
+    train.strategy = actor_strategy(device, cluster.world_size, train.param_offload)
     train.use_ref = w.use_kl_loss
     train.entropy_coeff = w.entropy_coeff
     requests = w.train_batch_size * w.n

@@ -107,8 +107,8 @@ class TrainKnobs:
     # actor_rollout_ref.actor.strategy (the ref follows it): "fsdp2" builds FSDP2's
     # ``fully_shard``; "fsdp", verl v0.9's default, FSDP1's ``FullyShardedDataParallel``
     # as verl's engine builds it (CUDA only, without the actor's param_offload so far;
-    # ``trials.actor_state``). The trials' default stays fsdp2 until FSDP1 trials are
-    # measured against verl on a GPU.
+    # ``trials.actor_state``). A job's trials get ``autotuner.trialspec.actor_strategy``'s
+    # choice; this default serves specs built by hand.
     strategy: str = "fsdp2"
 
 

@@ -63,6 +63,14 @@ from benchmarks.claims.search import (
     search_h200_headline,
     search_h200_shows,
 )
+from benchmarks.claims.strategy import (
+    EXAMPLE,
+    STRATEGY,
+    layout_fsdp1,
+    strategy_compare,
+    strategy_headline,
+    verl_outside_micro_batches,
+)
 from benchmarks.claims.top import (
     engines_top,
     first_pass_slowdown,
@@ -98,6 +106,11 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("strategy-compare", strategy_compare(STRATEGY)),
+    Claim("strategy-example", strategy_compare(EXAMPLE)),
+    Claim("verl-outside-micro-batches", verl_outside_micro_batches),
+    Claim("strategy-headline", strategy_headline),
+    Claim("layout-fsdp1", layout_fsdp1),
     Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),
     Claim("report-7b-8gpu", job_report("results/qwen2-7b-grpo-8gpu-h200.json")),
     Claim("report-7b-1gpu", job_report("results/qwen2-7b-grpo-1gpu-h200.json")),

@@ -9,6 +9,8 @@ times interleaved (A-B-C-A-B-C). The table gives each row's median update rate (
 tokens/s) with its spread, its ratio to packed micro-batch 4 beside the probe's ratio, and
 the memory the update's activations and logits took above the resident state
 (``update_actor_max_allocated_gib`` less fp32 parameters, gradients and AdamW state).
+``--strategy fsdp`` builds the actor as verl v0.9's default strategy does (FSDP1), ``fsdp2``
+with FSDP2; without it, the trials' own default.
 
     python3 -m benchmarks.gpu.layout_bench --out benchmarks/results/layout-h200.json
 """
@@ -97,6 +99,8 @@ def run_row(name: str, run: int, args: argparse.Namespace, workdir: str) -> dict
     arch = spec.validate_model()
     trial = build_trial_spec(spec, arch, config_for(ROWS[name]), f"{name}-{run}", device, None)
     trial.phases = ["train"]
+    if args.strategy:
+        trial.train.strategy = args.strategy
     spec_path = os.path.join(workdir, f"{name}-{run}.spec.json")
     out_path = os.path.join(workdir, f"{name}-{run}.result.json")
     with open(spec_path, "w") as f:
@@ -114,6 +118,7 @@ def run_row(name: str, run: int, args: argparse.Namespace, workdir: str) -> dict
     if proc.returncode != 0 and result.get("status") == "ok":
         result["status"] = "error"
     result["row"], result["run"], result["started"] = name, run, t0
+    result["strategy"] = trial.train.strategy
     result.pop("log_tail", None)
     return result
 
@@ -173,6 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--model", default="qwen2.5-1.5b")
     parser.add_argument("--prompts", type=int, default=64, help="prompts (x8 sequences)")
+    parser.add_argument(
+        "--strategy",
+        choices=("fsdp", "fsdp2"),
+        help="actor_rollout_ref.actor.strategy the trials build the actor with (default: the trials' own)",
+    )
     args = parser.parse_args(argv)
     names = args.rows.split(",")
     results: list[dict[str, Any]] = []

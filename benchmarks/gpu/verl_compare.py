@@ -134,30 +134,41 @@ def median(values: list[float]) -> float | None:
 
 def table(doc: dict[str, Any]) -> str:
     """Per config: the trial's prediction, verl's median over all measured steps of all its
-    runs, and the prediction's error (trial / verl - 1)."""
-    head = f"{'config':<10} {'metric':<24} {'trial':>10} {'verl':>10} {'error':>8}  n(verl steps)"
+    runs, and the prediction's error (trial / verl - 1). Trials of several actor strategies
+    (``--actor-strategy`` given more than once) get one prediction and error column each."""
+    strategies = sorted({r.get("strategy") or "" for r in doc["runs"] if r["kind"] == "trial"}) or [""]
+    many = len(strategies) > 1
+    cols = "".join(f" {'trial ' + s if many else 'trial':>12} {'error':>8}" for s in strategies)
+    head = f"{'config':<10} {'metric':<24}{cols} {'verl':>10}  n(verl steps)"
+    if not many:
+        head = f"{'config':<10} {'metric':<24} {'trial':>10} {'verl':>10} {'error':>8}  n(verl steps)"
     lines = [head, "-" * len(head)]
     for name in doc["configs"]:
-        trials = [
-            r for r in doc["runs"] if r["config"] == name and r["kind"] == "trial" and r["status"] == "ok"
-        ]
+        ok = [r for r in doc["runs"] if r["config"] == name and r["kind"] == "trial" and r["status"] == "ok"]
         verls = [r for r in doc["runs"] if r["config"] == name and r["kind"] == "verl"]
         steps = [s for r in verls for s in r["steps"][r.get("warmup_steps", 1) :]]
-        timers = [as_verl_timers(r["phase_timings_s"]) for r in trials]
         pairs = [("throughput/GPU", THROUGHPUT, "perf/throughput")]
         pairs += [("+".join(parts), key, key) for key, parts in VERL_TIMERS.items()]
         pairs += [("step_s", "step_time_s", "timing_s/step")]
         for label, tkey, vkey in pairs:
-            t = median(
-                [r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials]
-                if tkey in (THROUGHPUT, "step_time_s")
-                else [p[tkey] for p in timers if tkey in p]
-            )
             v = median([s[vkey] for s in steps if vkey in s])
-            err = f"{t / v - 1:+.1%}" if t and v else "-"
-            ts = f"{t:.4g}" if t is not None else "-"
             vs = f"{v:.4g}" if v is not None else "-"
-            lines.append(f"{name:<10} {label:<24} {ts:>10} {vs:>10} {err:>8}  {len(steps)}")
+            cells = []
+            for strategy in strategies:
+                trials = [r for r in ok if (r.get("strategy") or "") == strategy]
+                timers = [as_verl_timers(r["phase_timings_s"]) for r in trials]
+                t = median(
+                    [r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials]
+                    if tkey in (THROUGHPUT, "step_time_s")
+                    else [p[tkey] for p in timers if tkey in p]
+                )
+                cells.append((f"{t:.4g}" if t is not None else "-", f"{t / v - 1:+.1%}" if t and v else "-"))
+            if many:
+                row = "".join(f" {ts:>12} {err:>8}" for ts, err in cells)
+                lines.append(f"{name:<10} {label:<24}{row} {vs:>10}  {len(steps)}")
+            else:
+                ts, err = cells[0]
+                lines.append(f"{name:<10} {label:<24} {ts:>10} {vs:>10} {err:>8}  {len(steps)}")
     return "\n".join(lines)
 
 
@@ -283,8 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--actor-strategy",
+        action="append",
         choices=("fsdp", "fsdp2"),
-        help="the FSDP the trials build the actor and the ref with (default: the trials' own)",
+        help="the FSDP the trials build the actor and the ref with (default: the trials' own); "
+        "given more than once, each config gets one trial per strategy in each round",
     )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
@@ -315,17 +328,26 @@ def main(argv: list[str] | None = None) -> int:
     for rnd in range(args.rounds):
         for name, config in configs.items():
             if not args.no_predict and name not in args.skip_trial:
-                tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
-                if args.actor_strategy:
-                    tspec.train.strategy = args.actor_strategy
-                if args.verl_pythonpath and not args.no_verl_cut:
-                    tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
-                print(f"[{time.strftime('%T')}] trial {name} round {rnd}", flush=True)
-                result = launch_trial(tspec, args.trial_timeout)
-                row = trial_row(result) | {"config": name, "kind": "trial", "round": rnd, "gpus": doc["gpus"]}
-                doc["runs"].append(row)
-                print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
-                out.write_text(json.dumps(doc, indent=1, default=str))
+                for strategy in args.actor_strategy or [None]:
+                    tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
+                    if strategy:
+                        tspec.train.strategy = strategy
+                    if args.verl_pythonpath and not args.no_verl_cut:
+                        tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
+                    print(
+                        f"[{time.strftime('%T')}] trial {name} {tspec.train.strategy} round {rnd}", flush=True
+                    )
+                    result = launch_trial(tspec, args.trial_timeout)
+                    row = trial_row(result) | {
+                        "config": name,
+                        "kind": "trial",
+                        "round": rnd,
+                        "gpus": doc["gpus"],
+                        "strategy": tspec.train.strategy,
+                    }
+                    doc["runs"].append(row)
+                    print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
+                    out.write_text(json.dumps(doc, indent=1, default=str))
             verl_rounds = args.rounds if args.verl_rounds is None else args.verl_rounds
             if name not in args.skip_verl and rnd < verl_rounds:
                 vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)

@@ -139,6 +139,30 @@ def test_a_cpu_vllm_trial_gets_its_engine_arguments_from_the_rows():
     assert all(k.relevant(ctx, config) for k in KNOBS.values() if "vllm" in k.engine_args)
 
 
+@pytest.mark.parametrize(
+    ("device", "n_gpus", "offload", "strategy"),
+    [
+        ("cuda", 1, False, "fsdp"),  # verl's default FSDP1, as verl runs it on one GPU
+        ("cuda", 1, True, "fsdp2"),  # the actor's offload is moved as FSDP2's
+        ("cuda", 8, False, "fsdp2"),  # one rank of eight: FSDP1's collectives not measured
+        ("cpu", 1, False, "fsdp2"),  # FSDP1 runs on GPUs only
+    ],
+)
+def test_a_trial_builds_verls_default_fsdp1_where_it_runs_as_verl_runs_it(device, n_gpus, offload, strategy):
+    spec = parse_job_spec(
+        {
+            "workload": {"model": "qwen2.5-0.5b", "train_batch_size": 16, "ppo_mini_batch_size": 8},
+            "cluster": {"device": device, "n_gpus_per_node": n_gpus},
+        }
+    )
+    arch = spec.validate_model()
+    config = SearchSpace.build(spec, arch, device).baseline_config()
+    config[A + "fsdp_config.param_offload"] = offload
+    trial = build_trial_spec(spec, arch, config, "t0", device, None)
+    assert trial.train.strategy == strategy
+    assert verl_config(config, spec).get(A + "strategy", "fsdp") == "fsdp"  # verl runs FSDP1
+
+
 def test_a_spec_without_engine_arguments_is_refused():
     # Built by hand without the table's names, its knobs would all be the engine's defaults.
     spec = TrialSpec("t", "m", {}, device="cuda", device_memory_cap_gib=None)

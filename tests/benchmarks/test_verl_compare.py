@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.gpu.verl_compare import main, merge
+from benchmarks.gpu.verl_compare import main, merge, table
 
 ROOT = Path(__file__).resolve().parents[2]
 LANES = ROOT / "benchmarks" / "results" / "verl-qwen2.5-1.5b-h100x2-cut.json"
@@ -86,3 +86,21 @@ def test_lanes_of_one_host_merge_into_one_table_and_others_do_not() -> None:
         merge([a, other])
     with pytest.raises(ValueError, match="workloads"):
         merge([a, b | {"workload": {"train_batch_size": 1}}])
+
+
+def test_trials_of_two_strategies_each_get_their_own_prediction_against_verl() -> None:
+    doc = json.loads((ROOT / "benchmarks" / "results" / "verl-qwen2.5-1.5b-h200-strategy.json").read_text())
+    run = doc["run"]
+    lines = table(run).splitlines()
+    assert "trial fsdp " in lines[0] and "trial fsdp2" in lines[0]
+    (line,) = [x for x in lines if x.startswith("defaults") and "throughput" in x]
+    cells = line.split()
+    trials = {r["strategy"]: r["throughput"] for r in run["runs"] if r["kind"] == "trial"}
+    (verl,) = [r for r in run["runs"] if r["kind"] == "verl"]
+    measured = statistics.median(s["perf/throughput"] for s in verl["steps"][1:])
+    assert [float(cells[2]), float(cells[4])] == pytest.approx([trials["fsdp"], trials["fsdp2"]], rel=1e-3)
+    assert float(cells[6]) == pytest.approx(measured, rel=1e-3)
+    assert cells[3] == f"{trials['fsdp'] / measured - 1:+.1%}"
+    # One strategy: one trial column, as before.
+    single = run | {"runs": [r for r in run["runs"] if r.get("strategy") != "fsdp2"]}
+    assert "trial fsdp" not in table(single).splitlines()[0]
