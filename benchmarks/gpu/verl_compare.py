@@ -138,9 +138,10 @@ def table(doc: dict[str, Any]) -> str:
     (``--actor-strategy`` given more than once) get one prediction and error column each."""
     strategies = sorted({r.get("strategy") or "" for r in doc["runs"] if r["kind"] == "trial"}) or [""]
     many = len(strategies) > 1
-    cols = "".join(f" {'trial ' + s if many else 'trial':>12} {'error':>8}" for s in strategies)
-    head = f"{'config':<10} {'metric':<24}{cols} {'verl':>10}  n(verl steps)"
-    if not many:
+    if many:
+        cols = "".join(f" {'trial ' + s:>12} {'error':>8}" for s in strategies)
+        head = f"{'config':<10} {'metric':<24}{cols} {'verl':>10}  n(verl steps)"
+    else:
         head = f"{'config':<10} {'metric':<24} {'trial':>10} {'verl':>10} {'error':>8}  n(verl steps)"
     lines = [head, "-" * len(head)]
     for name in doc["configs"]:
