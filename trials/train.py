@@ -41,6 +41,7 @@ from trials.distributed import actor_world
 from trials.errors import InvalidTrialSpec, TrialError
 from trials.phases import in_phase
 from trials.types import TrialSpec
+from trials.verl.cut import PHASES as CUT_PHASES
 from trials.verl.cut import CutPlan, PreparedCut, measure
 from trials.workload import random_sequences
 
@@ -305,7 +306,8 @@ def run_train(
     plans = synced_plans(spec, state)
     metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
     cut = verl_cut(spec, prepared_cut)
-    metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items()})
+    metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items() if name in CUT_PHASES})
+    metrics.update({f"verl_cut_{name}": value for name, value in cut.items() if name not in CUT_PHASES})
     reload_s = 0.0
     with in_phase("old_log_prob"):
         state.model.eval()
@@ -365,9 +367,11 @@ def prepare_verl_cut(spec: TrialSpec) -> PreparedCut | None:
 
 
 def verl_cut(spec: TrialSpec, prepared: PreparedCut | None = None) -> dict[str, float]:
-    """Per phase, the seconds verl's own cut of this rank's batch into micro-batches takes on
-    this host's CPU (``trials.verl.cut``; ``prepared``: readied by ``prepare_verl_cut``),
-    where the spec names verl's environment; else, or when it cannot be timed, none."""
+    """Per phase (``trials.verl.cut.PHASES``), the seconds verl's own cut of this rank's batch
+    into micro-batches takes on this host's CPU, beside what the cut recorded of Python's
+    collector and heap (``trials.verl.cut.cut_seconds``; ``prepared``: readied by
+    ``prepare_verl_cut``), where the spec names verl's environment; else, or when it cannot
+    be timed, none."""
     if prepared is not None:
         return prepared.result() or {}
     plan = cut_plan(spec)

@@ -26,6 +26,7 @@ import argparse
 import re
 from pathlib import Path
 
+from benchmarks.claims.collector import cut_gc, cut_gc_headline
 from benchmarks.claims.data import (
     HERE,
     Claim,
@@ -111,6 +112,8 @@ CLAIMS: list[Claim] = [
     Claim("verl-outside-micro-batches", verl_outside_micro_batches),
     Claim("strategy-headline", strategy_headline),
     Claim("layout-fsdp1", layout_fsdp1),
+    Claim("cut-gc", cut_gc),
+    Claim("cut-gc-headline", cut_gc_headline),
     Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),
     Claim("report-7b-8gpu", job_report("results/qwen2-7b-grpo-8gpu-h200.json")),
     Claim("report-7b-1gpu", job_report("results/qwen2-7b-grpo-1gpu-h200.json")),

@@ -149,9 +149,18 @@ def probe():
     wrapped = [TrainingWorker.infer_batch, TrainingWorker.train_mini_batch,
                transformer_impl.FSDPEngine.forward_backward_batch,
                transformer_impl.FSDPEngineWithLMHead.forward_step, transformer_impl.prepare_micro_batches]
+    # A traced cut records the collector's share in it (trials.verl.gcclock).
+    from trials.verl import trace
+    from trials.verl.cut import verl_batch
+    from verl.utils import tensordict_utils as tu
+    td = verl_batch([8, 9, 7], [4, 5, 6], 16, 8)
+    tu.assign_non_tensor(td, use_dynamic_bsz=True, max_token_len_per_gpu=24, micro_batch_size_per_gpu=1)
+    micro_batches, _ = transformer_impl.prepare_micro_batches(td)
     return {"traced": [getattr(f, "_autotuner_traced", False) for f in wrapped],
             "register_kept": hasattr(TrainingWorker.infer_batch, MAGIC_ATTR),
-            "folder": os.environ.get("AUTOTUNER_VERL_TRACE")}
+            "folder": os.environ.get("AUTOTUNER_VERL_TRACE"),
+            "micro_batches": len(micro_batches), "prepare": sorted(trace._last_prepare),
+            "prepare_wall_s": trace._last_prepare["prepare_wall_s"]}
 
 print(json.dumps(ray.get(probe.remote())))
 """
@@ -181,7 +190,14 @@ def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     probe = json.loads(done.stdout.strip().splitlines()[-1])
-    assert probe == {"traced": [True] * 5, "register_kept": True, "folder": folder}
+    assert probe.pop("prepare_wall_s") > 0
+    assert probe.pop("micro_batches") >= 2  # 39 tokens at 24 a micro-batch
+    assert probe == {
+        "traced": [True] * 5,
+        "register_kept": True,
+        "folder": folder,
+        "prepare": sorted(f"prepare_{k}" for k in ("wall_s", "cpu_s", "gc_s", "gcs", "full_gcs")),
+    }
     # Untraced, the config leaves verl's Ray as it is.
     run.trace = False
     (tmp_path / "plain").mkdir()

@@ -12,8 +12,9 @@ it in (``trials.train``).
 ``verl_batch`` builds a rank's batch as verl's trainer hands it to the old-log-prob pass:
 the tensors verl's agent loop returns and the fields of the verl runner's dataset, turned
 into verl's no-padding layout by verl's ``left_right_2_no_padding``. ``cut_seconds`` (run
-in verl's environment: ``python -m trials.verl cut``) times the cut of each phase once,
-after one untimed cut (``prepared_batch``). A trial readies that process while it starts
+in verl's environment: ``python -m trials.verl cut``) times the cut of each phase up to
+three times, after one untimed cut (``prepared_batch``), with Python's collector's share
+(``trials.verl.gcclock``). A trial readies that process while it starts
 (``PreparedCut``: verl imported, the batch built and cut once) and has it time the cut
 when the trial reaches its train phase, its own work stopped: the seconds verl's
 environment takes to start cost the trial no GPU time, and the timed cut runs on a host as
@@ -37,10 +38,26 @@ from pathlib import Path
 from typing import Any
 
 from trials.memory import not_the_trials
+from trials.verl.gcclock import CLOCK, heap
 
 log = logging.getLogger(__name__)
 
 PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
+BATCH_LAYOUT = 2  # the batch ``worker_batch`` builds: a cut cached for another is timed again
+REPEATS = 3  # cuts of one phase, at most
+REPEAT_BUDGET_S = 3.0  # no further cut of a phase once its cuts took this long
+# The per-sequence tensors of a rank's batch in verl's worker, by the pass that cuts it
+# (verl v0.9's default trainer, ``trainer.use_v1``: its agent loop's fields, each a jagged
+# nested tensor; the entries verl's worker trace records): the old-log-prob pass cuts
+# ``ENTRIES``, the reference's pass those and ``REF_ENTRIES``, each update mini-batch all.
+ENTRIES = ("input_ids", "position_ids", "prompts", "responses", "response_mask", "loss_mask",
+           "rm_scores", "rollout_log_probs", "dummy_tensor")  # fmt: skip
+REF_ENTRIES = ("log_probs", "old_log_probs", "entropy")
+UPDATE_ENTRIES = ("ref_log_prob", "advantages", "returns")
+# Its per-sequence non-tensor fields (the dataset's row and the agent loop's output).
+FIELDS = ("data_source", "ability", "reward_model", "extra_info", "raw_prompt", "index", "uid",
+          "tools_kwargs", "interaction_kwargs", "session_id", "num_turns", "metrics", "extra_fields",
+          "multi_modal_inputs", "prompt")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -61,8 +78,72 @@ class CutPlan:
     use_ref: bool = True
 
 
+def worker_batch(prompts: list[int], responses: list[int]) -> Any:
+    """The rank's batch as verl v0.9's default trainer hands it to the old-log-prob pass:
+    every per-sequence tensor of ``ENTRIES`` a jagged nested tensor (verl's cut unbinds and
+    rebuilds each of them for every micro-batch), the fields of ``FIELDS`` beside them
+    (imports verl)."""
+    import torch
+    from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+    rows = list(zip(prompts, responses, strict=True))
+    ids = [torch.randint(0, 1000, (p + r,)) for p, r in rows]
+    per_row = {
+        "input_ids": ids,
+        "position_ids": [torch.arange(p + r) for p, r in rows],
+        "prompts": [row[:p] for row, (p, _) in zip(ids, rows, strict=True)],
+        "responses": [row[p:] for row, (p, _) in zip(ids, rows, strict=True)],
+        "response_mask": [torch.ones(r, dtype=torch.int64) for _, r in rows],
+        "loss_mask": [torch.ones(r, dtype=torch.int64) for _, r in rows],
+        "rm_scores": [torch.zeros(r) for _, r in rows],
+        "rollout_log_probs": [torch.zeros(r) for _, r in rows],
+        "dummy_tensor": [torch.zeros(1, dtype=torch.uint8) for _ in rows],
+    }
+    fields = list_of_dict_to_tensordict([_fields(i) for i in range(len(rows))])
+    for name in ENTRIES:
+        fields[name] = torch.nested.as_nested_tensor(per_row[name], layout=torch.jagged)
+    return fields
+
+
+def with_entries(td: Any, names: tuple[str, ...]) -> Any:
+    """``td`` (a copy) with the per-response float entries ``names`` that a later pass's batch
+    holds (``REF_ENTRIES``, ``UPDATE_ENTRIES``), shaped as its responses."""
+    import torch
+
+    out = td.clone(recurse=False)
+    responses = td["response_mask"].unbind()
+    for name in names:
+        out[name] = torch.nested.as_nested_tensor(
+            [torch.zeros(len(r)) for r in responses], layout=torch.jagged
+        )
+    return out
+
+
+def _fields(i: int) -> dict[str, Any]:
+    values: dict[str, Any] = {
+        "data_source": "autotuner",
+        "ability": "synthetic",
+        "reward_model": {"style": "rule", "ground_truth": ""},
+        "extra_info": {"index": i},
+        "raw_prompt": [{"role": "user", "content": "x"}],
+        "index": i,
+        "uid": str(i // 8),
+        "tools_kwargs": {},
+        "interaction_kwargs": {},
+        "session_id": str(i),
+        "num_turns": 2,
+        "metrics": {"generate_sequences": 0.0, "tool_calls": 0.0},
+        "extra_fields": {},
+        "multi_modal_inputs": {},
+        "prompt": "x",
+    }
+    return {name: values[name] for name in FIELDS}
+
+
 def verl_batch(prompts: list[int], responses: list[int], max_prompt: int, max_response: int) -> Any:
-    """The rank's batch as verl's trainer passes it to the old-log-prob pass (imports verl)."""
+    """The rank's batch as verl's legacy trainer (``trainer.use_v1=False``) passes it to the
+    old-log-prob pass: padded tensors turned into verl's no-padding layout, two of them
+    nested (``benchmarks/verl_batching.py`` times verl's cut on it) (imports verl)."""
     import numpy as np
     import torch
     from verl import DataProto
@@ -102,6 +183,15 @@ def verl_batch(prompts: list[int], responses: list[int], max_prompt: int, max_re
 
 def prepare_seconds(td: Any, dynamic: bool, max_tokens: int, micro_batch_size: int) -> tuple[float, int]:
     """Seconds of verl's ``prepare_micro_batches`` on ``td``, and how many micro-batches."""
+    timed, count = prepare_timed(td, dynamic, max_tokens, micro_batch_size)
+    return timed["wall_s"], count
+
+
+def prepare_timed(
+    td: Any, dynamic: bool, max_tokens: int, micro_batch_size: int
+) -> tuple[dict[str, float], int]:
+    """verl's ``prepare_micro_batches`` on ``td``: its wall, CPU and garbage-collector seconds
+    and collections (``GcClock.window``), and how many micro-batches it cut."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.utils import prepare_micro_batches
 
@@ -111,37 +201,69 @@ def prepare_seconds(td: Any, dynamic: bool, max_tokens: int, micro_batch_size: i
         max_token_len_per_gpu=max_tokens,
         micro_batch_size_per_gpu=micro_batch_size,
     )
-    t0 = time.perf_counter()
-    micro_batches, _ = prepare_micro_batches(td)
-    return time.perf_counter() - t0, len(micro_batches)
+    timed: dict[str, float] = {}
+    with CLOCK.install().window(timed):
+        micro_batches, _ = prepare_micro_batches(td)
+    return timed, len(micro_batches)
 
 
 def prepared_batch(plan: CutPlan) -> Any:
-    """``plan``'s batch, cut once untimed (verl's lazy imports and set-up paid here)."""
-    td = verl_batch(
-        plan.prompt_lengths, plan.response_lengths, plan.max_prompt_length, plan.max_response_length
-    )
+    """``plan``'s batch (``worker_batch``), cut once untimed (verl's lazy imports and set-up
+    paid here)."""
+    td = worker_batch(plan.prompt_lengths, plan.response_lengths)
     prepare_seconds(td, plan.use_dynamic_bsz, plan.log_prob_max_token_len, plan.log_prob_micro_batch_size)
     return td
 
 
-def cut_seconds(plan: CutPlan, td: Any = None) -> dict[str, float]:
+def cut_seconds(plan: CutPlan, td: Any = None, budget_s: float = REPEAT_BUDGET_S) -> dict[str, float]:
     """Per phase, the seconds verl cuts ``plan``'s batch in (the update: over its mini-batches);
-    ``td``: the batch ``prepared_batch`` made, else made here."""
+    ``td``: the batch ``prepared_batch`` made, else made here.
+
+    A collection of the whole heap lands in some cuts and not in others, so each phase is cut
+    up to ``REPEATS`` times, while its cuts so far took under ``budget_s``, and its seconds are
+    their mean. Beside the phases (``PHASES``) the result holds, per phase, the cuts' mean
+    collector seconds, collections of the whole heap and count (``<phase>_gc_s``,
+    ``<phase>_full_gcs``, ``<phase>_cuts``), and the process's heap (``gcclock.heap``)."""
     from verl.utils import tensordict_utils as tu
 
     td = prepared_batch(plan) if td is None else td
     dynamic, budget = plan.use_dynamic_bsz, plan.log_prob_max_token_len
-    seconds = {"old_log_prob": prepare_seconds(td, dynamic, budget, plan.log_prob_micro_batch_size)[0]}
-    if plan.use_ref:
-        seconds["ref_log_prob"] = prepare_seconds(td, dynamic, budget, plan.ref_log_prob_micro_batch_size)[0]
     size = len(plan.prompt_lengths)
-    update = 0.0
-    for start in range(0, size, plan.mini_batch_size):
-        mini = tu.index_select_tensor_dict(td, list(range(start, min(start + plan.mini_batch_size, size))))
-        update += prepare_seconds(mini, dynamic, plan.ppo_max_token_len, plan.ppo_micro_batch_size)[0]
-    seconds["update_actor"] = update
-    return seconds
+    ref = with_entries(td, REF_ENTRIES)
+    update = with_entries(ref, UPDATE_ENTRIES)
+    minis = [
+        list(range(start, min(start + plan.mini_batch_size, size)))
+        for start in range(0, size, plan.mini_batch_size)
+    ]
+
+    def update_cut() -> dict[str, float]:
+        total: dict[str, float] = {}
+        for rows in minis:
+            mini = tu.index_select_tensor_dict(update, rows)
+            timed, _ = prepare_timed(mini, dynamic, plan.ppo_max_token_len, plan.ppo_micro_batch_size)
+            for key, value in timed.items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    cuts: dict[str, Any] = {
+        "old_log_prob": lambda: prepare_timed(td, dynamic, budget, plan.log_prob_micro_batch_size)[0],
+        "update_actor": update_cut,
+    }
+    if plan.use_ref:
+        cuts["ref_log_prob"] = lambda: prepare_timed(
+            ref, dynamic, budget, plan.ref_log_prob_micro_batch_size
+        )[0]
+    result: dict[str, float] = {}
+    for phase in (phase for phase in PHASES if phase in cuts):
+        runs = [cuts[phase]()]
+        while len(runs) < REPEATS and sum(r["wall_s"] for r in runs) < budget_s:
+            runs.append(cuts[phase]())
+        mean = {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
+        result[phase] = mean["wall_s"]
+        result.update({f"{phase}_gc_s": mean["gc_s"], f"{phase}_full_gcs": mean["full_gcs"]})
+        result[f"{phase}_cuts"] = float(len(runs))
+    result.update(heap())
+    return result
 
 
 def measure(plan: CutPlan, env: dict[str, str], timeout_s: float = 900.0) -> dict[str, float] | None:
@@ -277,6 +399,7 @@ def _cache_file(plan: CutPlan, env: dict[str, str]) -> Path | None:
     if not env.get("cache_dir"):
         return None
     identity = json.dumps(
-        [asdict(plan), env["python"], env.get("PYTHONPATH"), socket.gethostname()], sort_keys=True
+        [asdict(plan), env["python"], env.get("PYTHONPATH"), socket.gethostname(), BATCH_LAYOUT],
+        sort_keys=True,
     )
     return Path(env["cache_dir"]) / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.json"

@@ -16,7 +16,10 @@ unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its F
   (``prepare_s``), and per micro-batch its tokens and its GPU seconds (CUDA events at each
   micro-batch's start and at the end: the forward, the backward where there is one, and
   any time the GPU waited for the CPU), and the batch's entries by kind (``data_keys``:
-  nested, dense or other tensors, the ones verl's cut has to slice);
+  nested, dense or other tensors, the ones verl's cut has to slice); Python's collector in
+  the cut and in the whole pass (``prepare_cpu_s``, ``prepare_gc_s``, ``prepare_gcs``,
+  ``prepare_full_gcs``; ``pass_gc_s``, ``pass_gcs``, ``pass_full_gcs``:
+  ``trials.verl.gcclock``) and, in the process's first pass, its heap (``heap_objects``...);
 - ``optimizer_step``: its seconds;
 
 each with the CUDA caching allocator's retries (``alloc_retries``: a full free-and-retry
@@ -37,7 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trials.verl.gcclock import CLOCK, heap
+
 TRACE_ENV = "AUTOTUNER_VERL_TRACE"
+_PASS_COLLECTOR = ("pass_gc_s", "pass_gcs", "pass_full_gcs")
 SETUP_HOOK = "trials.verl.trace.install"
 _ALLOC_STATS = {
     "alloc_retries": "num_alloc_retries",
@@ -47,7 +53,8 @@ _ALLOC_STATS = {
 # The micro-batch marks of the engine's pass now running (one pass at a time per process),
 # and the seconds its ``prepare_micro_batches`` took.
 _marks: list[tuple[Any, int]] | None = None
-_last_prepare_s = [0.0]
+_last_prepare: dict[str, float] = {}
+_heap_recorded = [False]
 
 
 def install() -> None:
@@ -163,11 +170,13 @@ def _wrap_pass(engine: type, out: Path) -> None:
     def traced(self: Any, data: Any, loss_function: Any, forward_only: bool = False) -> Any:
         global _marks
         _marks = []
-        _last_prepare_s[0] = 0.0
+        _last_prepare.clear()
         state: dict[str, Any] = {}
+        collector: dict[str, float] = {}
 
         def run() -> Any:
-            result = original(self, data, loss_function, forward_only=forward_only)
+            with CLOCK.install().window(collector, "pass_"):
+                result = original(self, data, loss_function, forward_only=forward_only)
             cuda = _cuda()
             if cuda is not None:
                 end = cuda.Event(enable_timing=True)
@@ -181,14 +190,20 @@ def _wrap_pass(engine: type, out: Path) -> None:
             if end is not None:
                 events = [event for event, _ in marks] + [end]
                 seconds = [events[i].elapsed_time(events[i + 1]) / 1000 for i in range(len(marks))]
-            return {
+            record: dict[str, Any] = {
                 "forward_only": bool(forward_only),
                 "micro_batches": len(marks),
                 "micro_batch_tokens": [tokens for _, tokens in marks],
                 "micro_batch_s": seconds,
-                "prepare_s": _last_prepare_s[0],
+                "prepare_s": _last_prepare.get("prepare_wall_s", 0.0),
                 "data_keys": _keys(data),
             }
+            record.update({k: v for k, v in _last_prepare.items() if k != "prepare_wall_s"})
+            record.update({k: v for k, v in collector.items() if k in _PASS_COLLECTOR})
+            if not _heap_recorded[0]:  # once per process: walking the heap takes a while
+                _heap_recorded[0] = True
+                record.update(heap())
+            return record
 
         try:
             return _timed_call(out, "forward_backward_batch", _role_of_engine(self), run, extra)
@@ -220,11 +235,8 @@ def _wrap_micro_batches(module: Any) -> None:
 
     @functools.wraps(original)
     def traced(*args: Any, **kwargs: Any) -> Any:
-        t0 = time.perf_counter()
-        try:
+        with CLOCK.install().window(_last_prepare, "prepare_"):
             return original(*args, **kwargs)
-        finally:
-            _last_prepare_s[0] = time.perf_counter() - t0
 
     traced._autotuner_traced = True  # type: ignore[attr-defined]
     module.prepare_micro_batches = traced
