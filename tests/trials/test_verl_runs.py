@@ -210,3 +210,6 @@ def test_two_verl_steps_of_a_small_model(tmp_path: Path) -> None:
     assert len(first_old["micro_batch_s"]) == first_old["micro_batches"] >= 1
     assert all(s > 0 for s in first_old["micro_batch_s"])
     assert sum(first_old["micro_batch_s"]) <= first_old["wall_s"]
+    assert len(first_old["micro_batch_cpu_s"]) == first_old["micro_batches"]
+    assert 0 < sum(first_old["micro_batch_cpu_s"]) <= first_old["wall_s"]
+    assert first_old["pass_gc_s"] >= 0 and first_old["prepare_gc_s"] <= first_old["prepare_s"]

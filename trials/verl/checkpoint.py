@@ -135,6 +135,8 @@ def write_model(model_config: dict[str, Any], dtype: str, folder: Path, seed: in
         model = AutoModelForCausalLM.from_config(config, dtype=torch_dtype)
     model.save_pretrained(folder, safe_serialization=True)
     del model
+    if device == "cuda":  # this process lives on beside verl: hand the weights' memory back
+        torch.cuda.empty_cache()
 
 
 def _special_ids(model_config: dict[str, Any]) -> dict[str, int]:

@@ -15,7 +15,8 @@ unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its F
   mini-batch): its seconds, the seconds verl took to cut it into micro-batches
   (``prepare_s``), and per micro-batch its tokens and its GPU seconds (CUDA events at each
   micro-batch's start and at the end: the forward, the backward where there is one, and
-  any time the GPU waited for the CPU), and the batch's entries by kind (``data_keys``:
+  any time the GPU waited for the CPU) and its CPU seconds (``micro_batch_cpu_s``: from
+  its start to the next one's on the CPU's clock), and the batch's entries by kind (``data_keys``:
   nested, dense or other tensors, the ones verl's cut has to slice); Python's collector in
   the cut and in the whole pass (``prepare_cpu_s``, ``prepare_gc_s``, ``prepare_gcs``,
   ``prepare_full_gcs``; ``pass_gc_s``, ``pass_gcs``, ``pass_full_gcs``:
@@ -52,7 +53,7 @@ _ALLOC_STATS = {
 }
 # The micro-batch marks of the engine's pass now running (one pass at a time per process),
 # and the seconds its ``prepare_micro_batches`` took.
-_marks: list[tuple[Any, int]] | None = None
+_marks: list[tuple[Any, int, float]] | None = None  # (CUDA event, tokens, CPU clock)
 _last_prepare: dict[str, float] = {}
 _heap_recorded = [False]
 
@@ -182,19 +183,24 @@ def _wrap_pass(engine: type, out: Path) -> None:
                 end = cuda.Event(enable_timing=True)
                 end.record()
                 state["end"] = end
+            state["cpu_end"] = time.perf_counter()
             return result
 
         def extra() -> dict[str, Any]:
             marks, end = _marks or [], state.get("end")
             seconds = []
             if end is not None:
-                events = [event for event, _ in marks] + [end]
+                events = [event for event, _, _ in marks] + [end]
                 seconds = [events[i].elapsed_time(events[i + 1]) / 1000 for i in range(len(marks))]
+            clocks = [clock for _, _, clock in marks] + [state.get("cpu_end", 0.0)]
             record: dict[str, Any] = {
                 "forward_only": bool(forward_only),
                 "micro_batches": len(marks),
-                "micro_batch_tokens": [tokens for _, tokens in marks],
+                "micro_batch_tokens": [tokens for _, tokens, _ in marks],
                 "micro_batch_s": seconds,
+                # the CPU's seconds from each micro-batch's start to the next's (the last: to
+                # the pass's end): where they match the GPU's, the GPU waited on the CPU
+                "micro_batch_cpu_s": [clocks[i + 1] - clocks[i] for i in range(len(marks))],
                 "prepare_s": _last_prepare.get("prepare_wall_s", 0.0),
                 "data_keys": _keys(data),
             }
@@ -262,7 +268,7 @@ def _wrap_forward_step(engine: type) -> None:
         if _marks is not None and cuda is not None:
             event = cuda.Event(enable_timing=True)
             event.record()
-            _marks.append((event, _tokens(micro_batch)))
+            _marks.append((event, _tokens(micro_batch), time.perf_counter()))
         return original(self, micro_batch, *args, **kwargs)
 
     traced._autotuner_traced = True  # type: ignore[attr-defined]
