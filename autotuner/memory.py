@@ -448,8 +448,9 @@ class MemoryModel:
                 return None
             heaviest = stats.largest_sum(count, sets)
             groups = min(count, max(1, math.ceil(heaviest / budget)))
-            # Balanced longest-first: every group within one short sequence of the mean.
-            real = min(heaviest, heaviest / groups + stats.shortest(count))
+            # Balanced longest-first: every group within one short sequence of the mean, and
+            # within the budget (verl adds a group until each fits).
+            real = min(heaviest, heaviest / groups + stats.shortest(count), budget)
             rows = math.ceil(count / groups)
         else:
             rows = min(micro, count)

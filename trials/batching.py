@@ -2,8 +2,10 @@
 
 Fixed size: consecutive groups of ``micro_batch_size`` sequences. Dynamic batch size
 (``use_dynamic_bsz``): like verl's ``rearrange_micro_batches``, ``ceil(tokens / budget)``
-groups balanced by token count (longest sequence first into the lightest group), and a
-sequence longer than the budget is rejected as verl rejects it. Ranks of one world run as
+groups balanced by token count (longest sequence first into the lightest group), one more
+until every group fits the budget, and a sequence longer than the budget is rejected as
+verl rejects it. Where verl's environment is on the host, a one-rank trial runs verl's own
+micro-batches instead (``trials.train.verls_plans``). Ranks of one world run as
 many micro-batches as the rank that needs most (verl's ``same_micro_num_in_dp``): the
 ``min_groups`` arguments, from ``trials.train.synced_plans``. For the actor update the
 sequences are first cut into mini-batches of ``local_mini_batch_size`` (one optimizer
@@ -37,7 +39,7 @@ def token_budget(
     indices: list[int], lengths: list[int], max_tokens: int, knob: str, min_groups: int = 0
 ) -> list[list[int]]:
     """``ceil(sum / max_tokens)`` groups (at least ``min_groups``) of ``indices`` balanced
-    by ``lengths[i]``."""
+    by ``lengths[i]``, more where one would exceed ``max_tokens``."""
     if not indices:
         return []
     longest = max(lengths[i] for i in indices)
@@ -47,14 +49,17 @@ def token_budget(
             f"verl requires {knob} >= prompt + response length. Raise {knob}."
         )
     total = sum(lengths[i] for i in indices)
-    wanted = max(math.ceil(total / max_tokens), min_groups)
-    groups: list[list[int]] = [[] for _ in range(min(len(indices), wanted))]
-    loads = [0] * len(groups)
-    for i in sorted(indices, key=lambda i: -lengths[i]):
-        lightest = loads.index(min(loads))
-        groups[lightest].append(i)
-        loads[lightest] += lengths[i]
-    return [sorted(g) for g in groups]
+    wanted = min(len(indices), max(math.ceil(total / max_tokens), min_groups))
+    while True:  # as verl: one more group until every group fits the budget
+        groups: list[list[int]] = [[] for _ in range(wanted)]
+        loads = [0] * wanted
+        for i in sorted(indices, key=lambda i: -lengths[i]):
+            lightest = loads.index(min(loads))
+            groups[lightest].append(i)
+            loads[lightest] += lengths[i]
+        if max(loads) <= max_tokens or wanted >= len(indices):
+            return [sorted(g) for g in groups]
+        wanted += 1
 
 
 def log_prob_plan(

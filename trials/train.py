@@ -42,7 +42,7 @@ from trials.errors import InvalidTrialSpec, TrialError
 from trials.phases import in_phase
 from trials.types import TrialSpec
 from trials.verl.cut import PHASES as CUT_PHASES
-from trials.verl.cut import CutPlan, PreparedCut, measure
+from trials.verl.cut import CutPlan, PreparedCut
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
@@ -304,8 +304,10 @@ def run_train(
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
     plans = synced_plans(spec, state)
+    cut, partitions = verl_cut(spec, prepared_cut)
+    plans = verls_plans(spec, state, plans, partitions)
+    metrics["train_plans_from_verl"] = float(bool(partitions) and _one_rank(state))
     metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
-    cut = verl_cut(spec, prepared_cut)
     metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items() if name in CUT_PHASES})
     metrics.update({f"verl_cut_{name}": value for name, value in cut.items() if name not in CUT_PHASES})
     reload_s = 0.0
@@ -366,16 +368,53 @@ def prepare_verl_cut(spec: TrialSpec) -> PreparedCut | None:
     return PreparedCut(plan, spec.verl_cut_env) if plan is not None else None
 
 
-def verl_cut(spec: TrialSpec, prepared: PreparedCut | None = None) -> dict[str, float]:
+def verls_plans(
+    spec: TrialSpec,
+    state: ActorState,
+    plans: dict[str, list[MicroBatch]],
+    partitions: dict[str, list[list[list[int]]]],
+) -> dict[str, list[MicroBatch]]:
+    """The micro-batches verl's own cut made of this rank's batch (``partitions``, from
+    ``trials.verl.cut``), in its order, in place of the trial's, for the phases it cut: verl
+    partitions by its own workload and adds micro-batches until each fits its token budget.
+    A rank of a real world of several keeps the trial's plans, which every rank syncs
+    (``synced_plans``); verl's cut, run on one rank's batch alone, cannot."""
+    if not partitions or not _one_rank(state):
+        return plans
+    out = dict(plans)
+    for name, groups in partitions.items():
+        if name in plans:
+            out[name] = [
+                MicroBatch(tuple(mb), k == len(g) - 1 and name == "update_actor")
+                for g in groups
+                for k, mb in enumerate(g)
+            ]
+    return out
+
+
+def _one_rank(state: ActorState) -> bool:
+    world = state.world
+    return world is None or world.fake or world.world_size == 1
+
+
+def verl_cut(
+    spec: TrialSpec, prepared: PreparedCut | None = None
+) -> tuple[dict[str, float], dict[str, list[list[list[int]]]]]:
     """Per phase (``trials.verl.cut.PHASES``), the seconds verl's own cut of this rank's batch
     into micro-batches takes on this host's CPU, beside what the cut recorded of Python's
     collector and heap (``trials.verl.cut.cut_seconds``; ``prepared``: readied by
     ``prepare_verl_cut``), where the spec names verl's environment; else, or when it cannot
-    be timed, none."""
+    be timed, none; and verl's micro-batches of each phase (``PreparedCut.partitions``)."""
     if prepared is not None:
-        return prepared.result() or {}
+        return prepared.result() or {}, prepared.partitions
     plan = cut_plan(spec)
-    return (measure(plan, spec.verl_cut_env) or {}) if plan is not None else {}
+    if plan is None:
+        return {}, {}
+    cut = PreparedCut(plan, spec.verl_cut_env)
+    try:
+        return cut.result() or {}, cut.partitions
+    finally:
+        cut.cancel()
 
 
 def _reset_allocated_peak(setup: _Setup) -> None:

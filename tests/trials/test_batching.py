@@ -19,6 +19,15 @@ def test_token_budget_uses_ceil_total_over_budget_balanced_groups():
     assert max(loads) <= 200 and max(loads) - min(loads) <= max(lengths)  # balanced
 
 
+def test_token_budget_adds_groups_until_each_fits():
+    """Three groups for 300 tokens at 100 cannot hold 60 + 60 + 60 + 60 + 60 (two of them
+    would hold 120): verl adds a group until every one fits, and so does the trial."""
+    lengths = [60] * 5
+    groups = token_budget(list(range(5)), lengths, 100, "knob")
+    assert len(groups) == 5
+    assert max(sum(lengths[i] for i in g) for g in groups) <= 100
+
+
 def test_token_budget_rejects_a_sequence_longer_than_the_budget():
     with pytest.raises(ConfigRejected, match="ppo_max_token_len_per_gpu=100"):
         token_budget([0, 1], [50, 150], 100, "ppo_max_token_len_per_gpu")

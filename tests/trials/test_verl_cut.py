@@ -77,9 +77,8 @@ def test_a_cut_records_the_collectors_share_and_the_heap() -> None:
 
 
 _LAYOUTS = """
-import gc, json, sys
-from trials.verl.cut import (REF_ENTRIES, UPDATE_ENTRIES, prepare_seconds, verl_batch, with_entries,
-                             worker_batch)
+import json, sys
+from trials.verl.cut import REF_ENTRIES, UPDATE_ENTRIES, verl_batch, with_entries, worker_batch
 from trials.verl.trace import _keys
 
 p = json.loads(sys.argv[1])
@@ -87,21 +86,19 @@ worker = worker_batch(p["prompt_lengths"], p["response_lengths"])
 legacy = verl_batch(p["prompt_lengths"], p["response_lengths"], p["max_prompt_length"],
                     p["max_response_length"])
 later = with_entries(with_entries(worker, REF_ENTRIES), UPDATE_ENTRIES)
-prepare_seconds(worker, True, 3584, 2), prepare_seconds(legacy, True, 3584, 2)
-gc.disable()  # the cuts' own work, compared
-seconds = {name: min(prepare_seconds(td, True, 3584, 2)[0] for _ in range(3))
-           for name, td in (("worker", worker), ("legacy", legacy))}
-print(json.dumps({"keys": _keys(worker), "later": _keys(later)["nested"], **seconds}))
+lengths = [int(n) for n in worker["input_ids"].offsets().diff()]
+print(json.dumps({"keys": _keys(worker), "legacy": _keys(legacy), "later": _keys(later)["nested"],
+                  "lengths": lengths}))
 """
 
 
 def test_the_cut_slices_the_batch_verls_worker_holds() -> None:
-    """verl's worker holds every per-sequence tensor nested, more of them for each later pass
-    (its trace's entries); verl's cut unbinds and rebuilds each one for every micro-batch, so
-    the same sequences cost it more to cut than the legacy trainer's batch with two nested."""
-    plan = json.dumps(dataclasses.asdict(_plan(3584)))
+    """verl's worker holds every per-sequence tensor nested (its cut unbinds and rebuilds each
+    of them for every micro-batch), more of them for each later pass, as its trace shows;
+    the legacy trainer's batch, two."""
+    plan = _plan(3584)
     done = subprocess.run(
-        [verl_python(), "-c", _LAYOUTS, plan],
+        [verl_python(), "-c", _LAYOUTS, json.dumps(dataclasses.asdict(plan))],
         capture_output=True,
         text=True,
         timeout=300,
@@ -112,7 +109,62 @@ def test_the_cut_slices_the_batch_verls_worker_holds() -> None:
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["keys"]["dense"] == [] and len(out["keys"]["nested"]) == 9
     assert len(out["later"]) == 15 and {"advantages", "old_log_probs"} <= set(out["later"])
-    assert out["worker"] > 2 * out["legacy"]
+    assert sorted(out["legacy"]["nested"]) == ["input_ids", "position_ids"]
+    assert out["lengths"] == [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
+
+
+def test_verls_cut_hands_the_trial_its_micro_batches(tmp_path: Path) -> None:
+    """verl's cut says which sequences each of its micro-batches holds, in verl's order: every
+    sequence once per pass, within the token budget (verl adds micro-batches until each fits),
+    the update's within each mini-batch; read back from the host's cache alike."""
+    env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    plan = _plan(3584)
+    lengths = [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
+    cut = PreparedCut(plan, env)
+    try:
+        assert cut.result() is not None
+    finally:
+        cut.cancel()
+    assert set(cut.partitions) == set(PHASES)
+    for phase in ("old_log_prob", "ref_log_prob"):
+        [micro_batches] = cut.partitions[phase]
+        assert sorted(i for mb in micro_batches for i in mb) == list(range(len(lengths)))
+        assert max(sum(lengths[i] for i in mb) for mb in micro_batches) <= 3584
+        assert len(micro_batches) >= -(-sum(lengths) // 3584)
+    minis = cut.partitions["update_actor"]
+    assert len(minis) == len(lengths) // plan.mini_batch_size
+    for j, micro_batches in enumerate(minis):
+        rows = sorted(i for mb in micro_batches for i in mb)
+        assert rows == list(range(j * plan.mini_batch_size, (j + 1) * plan.mini_batch_size))
+        assert max(sum(lengths[i] for i in mb) for mb in micro_batches) <= 3584
+    again = PreparedCut(plan, env)  # from the cache: the same micro-batches
+    assert again.proc is None and again.partitions == cut.partitions
+
+
+def test_a_trial_runs_verls_micro_batches(tiny_config) -> None:
+    """With verl's environment, a one-rank trial runs the micro-batches verl's cut made."""
+    from trials.train import cut_plan, train_plans
+
+    spec = make_spec(tiny_config, phases=["train"], verl_cut_env={"python": verl_python()})
+    lengths = [p + r for p, r in zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)]
+    budget = max(lengths)  # the longest sequence fits, no more: many micro-batches
+    spec.train.use_dynamic_bsz = True
+    spec.train.log_prob_max_token_len_per_gpu = spec.train.ppo_max_token_len_per_gpu = budget
+
+    cut = PreparedCut(cut_plan(spec), spec.verl_cut_env)
+    try:
+        assert cut.result() is not None
+    finally:
+        cut.cancel()
+    metrics: dict[str, float] = {}
+    run_train(spec, "float32", metrics, {})
+    assert metrics["train_plans_from_verl"] == 1
+    for phase, groups in cut.partitions.items():
+        assert metrics[f"{phase}_micro_batches"] == sum(len(g) for g in groups)
+    assert metrics["old_log_prob_micro_batches"] > 1
+    # verl keeps each micro-batch within the budget; the trial's own greedy plan does too.
+    for plan in train_plans(spec).values():
+        assert max(sum(lengths[i] for i in mb.indices) for mb in plan) <= budget
 
 
 def test_without_verl_the_cut_is_not_timed() -> None:

@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             print("ready", flush=True)
             if sys.stdin.readline().strip() != "go":
                 return 0
-        _write(args.out, json.dumps(cut_seconds(plan, batch)))
+        partitions: dict[str, list[list[list[int]]]] = {}
+        seconds = cut_seconds(plan, batch, partitions=partitions)
+        _write(args.out, json.dumps({"seconds": seconds, "partitions": partitions}))
         return 0
     missing = [
         f"--{name.replace('_', '-')}"

@@ -7,14 +7,15 @@ that grows faster than the square of a rank's sequences (``benchmarks/verl_batch
 A trial's own micro-batching costs nothing like it, so a trial whose spec names verl's
 environment (``TrialSpec.verl_cut_env``) has that environment time verl's cut of the
 trial's own batch on the trial's host (``measure``), and counts it in the phases verl spends
-it in (``trials.train``).
+it in (``trials.train``). The same cut says which sequences each of verl's micro-batches
+holds (``PreparedCut.partitions``): a one-rank trial runs those micro-batches, in verl's
+order, rather than its own (``trials.train.verls_plans``).
 
-``verl_batch`` builds a rank's batch as verl's trainer hands it to the old-log-prob pass:
-the tensors verl's agent loop returns and the fields of the verl runner's dataset, turned
-into verl's no-padding layout by verl's ``left_right_2_no_padding``. ``cut_seconds`` (run
-in verl's environment: ``python -m trials.verl cut``) times the cut of each phase up to
-three times, after one untimed cut (``prepared_batch``), with Python's collector's share
-(``trials.verl.gcclock``). A trial readies that process while it starts
+``worker_batch`` builds a rank's batch as verl v0.9's default trainer hands it to the
+old-log-prob pass (every per-sequence tensor nested); ``verl_batch`` as its legacy trainer
+does. ``cut_seconds`` (run in verl's environment: ``python -m trials.verl cut``) times the cut
+of each phase up to three times, after one untimed cut (``prepared_batch``), with Python's
+collector's share (``trials.verl.gcclock``). A trial readies that process while it starts
 (``PreparedCut``: verl imported, the batch built and cut once) and has it time the cut
 when the trial reaches its train phase, its own work stopped: the seconds verl's
 environment takes to start cost the trial no GPU time, and the timed cut runs on a host as
@@ -43,7 +44,7 @@ from trials.verl.gcclock import CLOCK, heap
 log = logging.getLogger(__name__)
 
 PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
-BATCH_LAYOUT = 2  # the batch ``worker_batch`` builds: a cut cached for another is timed again
+BATCH_LAYOUT = 3  # the batch ``worker_batch`` builds and the file a cut writes: another is timed again
 REPEATS = 3  # cuts of one phase, at most
 REPEAT_BUDGET_S = 3.0  # no further cut of a phase once its cuts took this long
 # The per-sequence tensors of a rank's batch in verl's worker, by the pass that cuts it
@@ -188,10 +189,11 @@ def prepare_seconds(td: Any, dynamic: bool, max_tokens: int, micro_batch_size: i
 
 
 def prepare_timed(
-    td: Any, dynamic: bool, max_tokens: int, micro_batch_size: int
+    td: Any, dynamic: bool, max_tokens: int, micro_batch_size: int, parts: list[list[int]] | None = None
 ) -> tuple[dict[str, float], int]:
     """verl's ``prepare_micro_batches`` on ``td``: its wall, CPU and garbage-collector seconds
-    and collections (``GcClock.window``), and how many micro-batches it cut."""
+    and collections (``GcClock.window``), and how many micro-batches it cut; ``parts``, where
+    given, gets the rows of each micro-batch in the order verl runs them."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.utils import prepare_micro_batches
 
@@ -203,7 +205,11 @@ def prepare_timed(
     )
     timed: dict[str, float] = {}
     with CLOCK.install().window(timed):
-        micro_batches, _ = prepare_micro_batches(td)
+        micro_batches, rows = prepare_micro_batches(td)
+    if parts is not None:
+        size = len(td)
+        chunks = rows or [range(i, i + micro_batch_size) for i in range(0, size, micro_batch_size)]
+        parts.extend([int(r) for r in chunk if r < size] for chunk in chunks)
     return timed, len(micro_batches)
 
 
@@ -215,7 +221,12 @@ def prepared_batch(plan: CutPlan) -> Any:
     return td
 
 
-def cut_seconds(plan: CutPlan, td: Any = None, budget_s: float = REPEAT_BUDGET_S) -> dict[str, float]:
+def cut_seconds(
+    plan: CutPlan,
+    td: Any = None,
+    budget_s: float = REPEAT_BUDGET_S,
+    partitions: dict[str, list[list[list[int]]]] | None = None,
+) -> dict[str, float]:
     """Per phase, the seconds verl cuts ``plan``'s batch in (the update: over its mini-batches);
     ``td``: the batch ``prepared_batch`` made, else made here.
 
@@ -223,7 +234,11 @@ def cut_seconds(plan: CutPlan, td: Any = None, budget_s: float = REPEAT_BUDGET_S
     up to ``REPEATS`` times, while its cuts so far took under ``budget_s``, and its seconds are
     their mean. Beside the phases (``PHASES``) the result holds, per phase, the cuts' mean
     collector seconds, collections of the whole heap and count (``<phase>_gc_s``,
-    ``<phase>_full_gcs``, ``<phase>_cuts``), and the process's heap (``gcclock.heap``)."""
+    ``<phase>_full_gcs``, ``<phase>_cuts``), and the process's heap (``gcclock.heap``).
+
+    ``partitions``, where given, gets verl's micro-batches of each phase: per phase a list of
+    groups (one for a log-prob pass, one per mini-batch for the update), each a list of
+    micro-batches, each the rank's sequence indices in it, in the order verl runs them."""
     from verl.utils import tensordict_utils as tu
 
     td = prepared_batch(plan) if td is None else td
@@ -236,23 +251,33 @@ def cut_seconds(plan: CutPlan, td: Any = None, budget_s: float = REPEAT_BUDGET_S
         for start in range(0, size, plan.mini_batch_size)
     ]
 
+    seen: dict[str, list[list[list[int]]]] = {}
+
     def update_cut() -> dict[str, float]:
         total: dict[str, float] = {}
+        groups = []
         for rows in minis:
             mini = tu.index_select_tensor_dict(update, rows)
-            timed, _ = prepare_timed(mini, dynamic, plan.ppo_max_token_len, plan.ppo_micro_batch_size)
+            parts: list[list[int]] = []
+            timed, _ = prepare_timed(mini, dynamic, plan.ppo_max_token_len, plan.ppo_micro_batch_size, parts)
+            groups.append([[rows[i] for i in part] for part in parts])
             for key, value in timed.items():
                 total[key] = total.get(key, 0.0) + value
+        seen.setdefault("update_actor", groups)
         return total
 
+    def log_prob_cut(phase: str, batch: Any, micro_batch_size: int) -> dict[str, float]:
+        parts: list[list[int]] = []
+        timed, _ = prepare_timed(batch, dynamic, budget, micro_batch_size, parts)
+        seen.setdefault(phase, [parts])
+        return timed
+
     cuts: dict[str, Any] = {
-        "old_log_prob": lambda: prepare_timed(td, dynamic, budget, plan.log_prob_micro_batch_size)[0],
+        "old_log_prob": lambda: log_prob_cut("old_log_prob", td, plan.log_prob_micro_batch_size),
         "update_actor": update_cut,
     }
     if plan.use_ref:
-        cuts["ref_log_prob"] = lambda: prepare_timed(
-            ref, dynamic, budget, plan.ref_log_prob_micro_batch_size
-        )[0]
+        cuts["ref_log_prob"] = lambda: log_prob_cut("ref_log_prob", ref, plan.ref_log_prob_micro_batch_size)
     result: dict[str, float] = {}
     for phase in (phase for phase in PHASES if phase in cuts):
         runs = [cuts[phase]()]
@@ -263,6 +288,8 @@ def cut_seconds(plan: CutPlan, td: Any = None, budget_s: float = REPEAT_BUDGET_S
         result.update({f"{phase}_gc_s": mean["gc_s"], f"{phase}_full_gcs": mean["full_gcs"]})
         result[f"{phase}_cuts"] = float(len(runs))
     result.update(heap())
+    if partitions is not None:
+        partitions.update(seen)
     return result
 
 
@@ -289,12 +316,14 @@ class PreparedCut:
     start-up, so those seconds pass while its actor and engine start, and waits until it is
     ready (``ready``) before any phase it measures. ``result`` then has the cuts timed,
     the trial's own work stopped meanwhile, so the host is as quiet as verl's worker is when
-    it cuts; ``cancel`` ends the process (a trial that failed first)."""
+    it cuts; ``cancel`` ends the process (a trial that failed first). Beside the seconds,
+    ``partitions`` holds verl's micro-batches of each phase once known (``cut_seconds``)."""
 
     def __init__(self, plan: CutPlan, env: dict[str, str]) -> None:
         self.plan, self.env = plan, env
         self.cache = _cache_file(plan, env)
-        self.value: dict[str, float] | None = _read_cached(self.cache)
+        self.partitions: dict[str, list[list[list[int]]]] = {}
+        self.value: dict[str, float] | None = self._load(self.cache)
         self.proc: subprocess.Popen[str] | None = None
         self.folder: tempfile.TemporaryDirectory[str] | None = None
         self.is_ready = self.value is not None
@@ -352,14 +381,28 @@ class PreparedCut:
         if self.proc.returncode != 0 or not out.exists():
             self._fail(f"exit {self.proc.returncode}")
             return None
-        self.value = {k: float(v) for k, v in json.loads(out.read_text()).items()}
-        if self.cache is not None:
+        self.value = self._load(out)
+        if self.cache is not None and self.value is not None:
             self.cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.value))
+            tmp.write_text(out.read_text())
             os.replace(tmp, self.cache)
         self.cancel()
         return self.value
+
+    def _load(self, path: Path | None) -> dict[str, float] | None:
+        """The seconds a cut's file holds (its partitions into ``partitions``), or None."""
+        if path is None or not path.exists():
+            return None
+        try:
+            done = json.loads(path.read_text())
+            seconds = {k: float(v) for k, v in done["seconds"].items()}
+            self.partitions = {
+                k: [[[int(i) for i in mb] for mb in g] for g in v] for k, v in done["partitions"].items()
+            }
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return seconds
 
     def _fail(self, why: str) -> None:
         err = ""
@@ -384,15 +427,6 @@ class PreparedCut:
         if self.folder is not None:
             self.folder.cleanup()
             self.folder = None
-
-
-def _read_cached(cached: Path | None) -> dict[str, float] | None:
-    if cached is None or not cached.exists():
-        return None
-    try:
-        return {k: float(v) for k, v in json.loads(cached.read_text()).items()}
-    except (OSError, ValueError):
-        return None
 
 
 def _cache_file(plan: CutPlan, env: dict[str, str]) -> Path | None:
