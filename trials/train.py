@@ -27,7 +27,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +43,7 @@ from trials.phases import in_phase
 from trials.types import TrialSpec
 from trials.verl.cut import PHASES as CUT_PHASES
 from trials.verl.cut import CutPlan, PreparedCut
+from trials.verl.gcclock import CLOCK, heap
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
@@ -315,27 +316,42 @@ def run_train(
         state.model.eval()
         reload_s += state.load_params()
         _reset_allocated_peak(setup)
-        seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec))
+        with _collector("old_log_prob", metrics):
+            seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec))
         _record_allocated_peak("old_log_prob", setup, metrics)
         reload_s += state.offload_params()
         _record("old_log_prob", seconds + cut.get("old_log_prob", 0.0), metrics, timings)
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             _reset_allocated_peak(setup)
-            seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
+            with _collector("ref_log_prob", metrics):
+                seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
             _record_allocated_peak("ref_log_prob", setup, metrics)
             _record("ref_log_prob", seconds + cut.get("ref_log_prob", 0.0), metrics, timings)
     with in_phase("update_actor"):
         state.model.train()
         reload_s += state.load_params() + state.load_optimizer()
         _reset_allocated_peak(setup)
-        seconds, step_s = _update_phase(setup, state.model, state.optimizer, plans["update_actor"])
+        with _collector("update_actor", metrics):
+            seconds, step_s = _update_phase(setup, state.model, state.optimizer, plans["update_actor"])
         _record_allocated_peak("update_actor", setup, metrics)
         reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
         _record("update_actor", seconds + cut.get("update_actor", 0.0), metrics, timings)
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
+    metrics["train_heap_objects"] = heap()["heap_objects"]  # after the timed phases
+
+
+@contextlib.contextmanager
+def _collector(phase: str, metrics: dict[str, float]) -> Iterator[None]:
+    """Python's garbage collector in ``phase``: its seconds and full collections, as verl's
+    traced worker records them in its passes (``trials.verl.gcclock``)."""
+    stretch: dict[str, float] = {}
+    with CLOCK.install().window(stretch):
+        yield
+    metrics[f"{phase}_gc_s"] = stretch["gc_s"]
+    metrics[f"{phase}_full_gcs"] = stretch["full_gcs"]
 
 
 def cut_plan(spec: TrialSpec) -> CutPlan | None:

@@ -21,6 +21,9 @@ def test_train_measures_every_sub_phase(tiny_config):
     for name in sub_phases:
         assert timings[name] > 0
         assert metrics[f"{name}_tokens_per_s"] == pytest.approx(tokens / timings[name])
+        # Python's collector inside the phase, as verl's traced worker records it per pass.
+        assert 0 <= metrics[f"{name}_gc_s"] < timings[name] and metrics[f"{name}_full_gcs"] >= 0
+    assert metrics["train_heap_objects"] > 10_000
     assert metrics["optimizer_step_s"] > 0
     sequences, t = len(spec.train_prompt_lengths), spec.train
     assert metrics["old_log_prob_micro_batches"] == -(-sequences // t.log_prob_micro_batch_size_per_gpu)
