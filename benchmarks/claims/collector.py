@@ -113,7 +113,28 @@ def cut_gc_headline() -> list[Line]:
     def err(trials: list[dict[str, Any]]) -> str:
         return ", ".join(f"{t['throughput']:.0f} ({100 * (t['throughput'] / m - 1):+.0f}%)" for t in trials)
 
+    passes = [p for p in verl["trace"] if p.get("call") == "forward_backward_batch"]
+    forward = [p for p in passes if p["forward_only"]]
+    tokens = before[0]["metrics"]["train_tokens"]
+    step = next(i for i in range(0, len(forward), 2) if sum(forward[i]["micro_batch_tokens"]) == tokens) // 2
+    updates = [p for p in passes if not p["forward_only"]]
+    per_step = len(updates) // (len(forward) // 2)
+    update_count = sum(p["micro_batches"] for p in updates[per_step * step : per_step * (step + 1)])
+    trial_counts = {
+        before[0]["metrics"][f"{phase}_micro_batches"] for phase in ("old_log_prob", "ref_log_prob")
+    }
     return [
+        Line(
+            f"On the step whose sequences the trials drew (verl's step {step + 1}"
+            f"{', its warm-up' if step < verl.get('warmup_steps', 1) else ''}, {tokens:.0f} "
+            f"tokens), verl cut each log-prob pass into "
+            f"{span([float(p['micro_batches']) for p in forward[2 * step : 2 * step + 2]], '.0f')} "
+            f"micro-batches and the update into {update_count}; the trials' own plan made "
+            f"{span(sorted(trial_counts), '.0f')} and "
+            f"{before[0]['metrics']['update_actor_micro_batches']:.0f}.",
+            (CUT_GC,),
+        ),
+        Line(""),
         Line(
             f"verl's worker held {worker_heap / 1e6:.2f} million objects, the trials' cut process "
             f"{span([t['metrics']['verl_cut_heap_objects'] / 1e6 for t in before], '.2f')} million: a "
