@@ -304,10 +304,10 @@ def run_train(
     metrics["train_dtype_bits"] = dtype_bits(dtype)
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
-    plans = synced_plans(spec, state)
+    trials_plans = synced_plans(spec, state)
     cut, partitions = verl_cut(spec, prepared_cut)
-    plans = verls_plans(spec, state, plans, partitions)
-    metrics["train_plans_from_verl"] = float(bool(partitions) and _one_rank(state))
+    plans = verls_plans(state, trials_plans, partitions)
+    metrics["train_plans_from_verl"] = float(plans is not trials_plans)
     metrics.update({f"{name}_micro_batches": float(len(plan)) for name, plan in plans.items()})
     metrics.update({f"{name}_verl_cut_s": seconds for name, seconds in cut.items() if name in CUT_PHASES})
     metrics.update({f"verl_cut_{name}": value for name, value in cut.items() if name not in CUT_PHASES})
@@ -385,7 +385,6 @@ def prepare_verl_cut(spec: TrialSpec) -> PreparedCut | None:
 
 
 def verls_plans(
-    spec: TrialSpec,
     state: ActorState,
     plans: dict[str, list[MicroBatch]],
     partitions: dict[str, list[list[list[int]]]],
@@ -395,7 +394,8 @@ def verls_plans(
     partitions by its own workload and adds micro-batches until each fits its token budget.
     A rank of a real world of several keeps the trial's plans, which every rank syncs
     (``synced_plans``); verl's cut, run on one rank's batch alone, cannot."""
-    if not partitions or not _one_rank(state):
+    world = state.world
+    if not partitions or not (world is None or world.fake or world.world_size == 1):
         return plans
     out = dict(plans)
     for name, groups in partitions.items():
@@ -408,11 +408,6 @@ def verls_plans(
     return out
 
 
-def _one_rank(state: ActorState) -> bool:
-    world = state.world
-    return world is None or world.fake or world.world_size == 1
-
-
 def verl_cut(
     spec: TrialSpec, prepared: PreparedCut | None = None
 ) -> tuple[dict[str, float], dict[str, list[list[list[int]]]]]:
@@ -421,16 +416,13 @@ def verl_cut(
     collector and heap (``trials.verl.cut.cut_seconds``; ``prepared``: readied by
     ``prepare_verl_cut``), where the spec names verl's environment; else, or when it cannot
     be timed, none; and verl's micro-batches of each phase (``PreparedCut.partitions``)."""
-    if prepared is not None:
-        return prepared.result() or {}, prepared.partitions
-    plan = cut_plan(spec)
-    if plan is None:
+    cut = prepared or prepare_verl_cut(spec)
+    if cut is None:
         return {}, {}
-    cut = PreparedCut(plan, spec.verl_cut_env)
     try:
         return cut.result() or {}, cut.partitions
     finally:
-        cut.cancel()
+        cut.cancel()  # its process is done with (a no-op once the result is in)
 
 
 def _reset_allocated_peak(setup: _Setup) -> None:

@@ -20,24 +20,32 @@ def _runs(part: str, kind: str) -> list[dict[str, Any]]:
     return [r for r in load(CUT_GC)[part]["runs"] if r["kind"] == kind and r["status"] == "ok"]
 
 
+def verl_steps() -> list[dict[str, list[dict[str, Any]]]]:
+    """Per step of verl's run (its warm-up first), its workers' passes by phase: one for each
+    log-prob pass, one per mini-batch for the update."""
+    (verl,) = _runs("run", "verl")
+    passes = [p for p in verl["trace"] if p.get("call") == "forward_backward_batch"]
+    forward = [p for p in passes if p["forward_only"]]
+    updates = [p for p in passes if not p["forward_only"]]
+    count = len(forward) // 2  # an old-log-prob and a reference pass per step
+    per_step = len(updates) // count
+    return [
+        {
+            "old_log_prob": [p for p in forward[2 * step : 2 * step + 2] if p["role"] == "actor"],
+            "ref_log_prob": [p for p in forward[2 * step : 2 * step + 2] if p["role"] == "ref"],
+            "update_actor": updates[per_step * step : per_step * (step + 1)],
+        }
+        for step in range(count)
+    ]
+
+
 def verl_cuts() -> dict[str, list[dict[str, float]]]:
     """Per phase, per measured step of verl's run: its workers' cut into micro-batches
     (``prepare_s``; the update: summed over its mini-batches), the collector's seconds and
     collections of the whole heap in it."""
     (verl,) = _runs("run", "verl")
-    passes = [p for p in verl["trace"] if p.get("call") == "forward_backward_batch"]
-    forward = [p for p in passes if p["forward_only"]]
-    updates = [p for p in passes if not p["forward_only"]]
-    steps = len(forward) // 2  # an old-log-prob and a reference pass per step
-    per_step = len(updates) // steps
     out: dict[str, list[dict[str, float]]] = {phase: [] for phase in PHASES}
-    for step in range(verl.get("warmup_steps", 1), steps):
-        pair = forward[2 * step : 2 * step + 2]
-        groups = {
-            "old_log_prob": [p for p in pair if p["role"] == "actor"],
-            "ref_log_prob": [p for p in pair if p["role"] == "ref"],
-            "update_actor": updates[per_step * step : per_step * (step + 1)],
-        }
+    for groups in verl_steps()[verl.get("warmup_steps", 1) :]:
         for phase, group in groups.items():
             out[phase].append(
                 {
@@ -113,13 +121,10 @@ def cut_gc_headline() -> list[Line]:
     def err(trials: list[dict[str, Any]]) -> str:
         return ", ".join(f"{t['throughput']:.0f} ({100 * (t['throughput'] / m - 1):+.0f}%)" for t in trials)
 
-    passes = [p for p in verl["trace"] if p.get("call") == "forward_backward_batch"]
-    forward = [p for p in passes if p["forward_only"]]
     tokens = before[0]["metrics"]["train_tokens"]
-    step = next(i for i in range(0, len(forward), 2) if sum(forward[i]["micro_batch_tokens"]) == tokens) // 2
-    updates = [p for p in passes if not p["forward_only"]]
-    per_step = len(updates) // (len(forward) // 2)
-    update_count = sum(p["micro_batches"] for p in updates[per_step * step : per_step * (step + 1)])
+    steps = verl_steps()
+    step = next(i for i, g in enumerate(steps) if sum(g["old_log_prob"][0]["micro_batch_tokens"]) == tokens)
+    counts = {phase: sum(p["micro_batches"] for p in group) for phase, group in steps[step].items()}
     trial_counts = {
         before[0]["metrics"][f"{phase}_micro_batches"] for phase in ("old_log_prob", "ref_log_prob")
     }
@@ -128,8 +133,8 @@ def cut_gc_headline() -> list[Line]:
             f"On the step whose sequences the trials drew (verl's step {step + 1}"
             f"{', its warm-up' if step < verl.get('warmup_steps', 1) else ''}, {tokens:.0f} "
             f"tokens), verl cut each log-prob pass into "
-            f"{span([float(p['micro_batches']) for p in forward[2 * step : 2 * step + 2]], '.0f')} "
-            f"micro-batches and the update into {update_count}; the trials' own plan made "
+            f"{span([float(counts['old_log_prob']), float(counts['ref_log_prob'])], '.0f')} "
+            f"micro-batches and the update into {counts['update_actor']}; the trials' own plan made "
             f"{span(sorted(trial_counts), '.0f')} and "
             f"{before[0]['metrics']['update_actor_micro_batches']:.0f}.",
             (CUT_GC,),
