@@ -214,6 +214,12 @@ class SearchSpace:
         ctx = self.context
         return {p: v for p, v in config.items() if p not in KNOBS or KNOBS[p].relevant(ctx, config)}
 
+    def completed(self, config: dict[str, Any]) -> dict[str, Any]:
+        """A config named outside the study (a baseline, a trial's recorded config) in full:
+        verl's defaults, the job's fixed knobs, then its own values; knobs that do not apply
+        to it or to the job's engine dropped, as a proposal's are."""
+        return self._prune(self.baseline_config() | self.fixed | config) | self.derived()
+
     def full_config(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fixed values, then the sampled params, then derived keys; inapplicable knobs dropped."""
         return self._prune(self.fixed | params) | self.derived()

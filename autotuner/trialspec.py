@@ -47,7 +47,9 @@ def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, 
     train: dict[str, Any] = {}
     for path, value in config.items():
         knob = KNOBS.get(path)
-        if knob is None:
+        # Knobs of two engines can share a trial field (vLLM's max_num_batched_tokens and
+        # SGLang's chunked_prefill_size): only the trial's engine's own one writes it.
+        if knob is None or engine not in knob.engines:
             continue
         section, name = knob.trial_field
         (rollout if section == "rollout" else train)[name] = value

@@ -91,6 +91,7 @@ from benchmarks.claims.verl_trace import (
     verl_trace,
     verl_trace_headline,
 )
+from benchmarks.claims.world import world_x4
 
 ROOT = HERE.parent
 README = HERE / "README.md"
@@ -112,6 +113,7 @@ CLAIMS: list[Claim] = [
     Claim("verl-outside-micro-batches", verl_outside_micro_batches),
     Claim("strategy-headline", strategy_headline),
     Claim("layout-fsdp1", layout_fsdp1),
+    Claim("world-x4", world_x4),
     Claim("cut-gc", cut_gc),
     Claim("cut-gc-headline", cut_gc_headline),
     Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),

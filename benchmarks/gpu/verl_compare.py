@@ -56,6 +56,7 @@ from autotuner.spec import JobSpec, load_job_spec
 from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
 from trials.launcher import launch_trial
+from trials.memory import gpu_readings
 from trials.step import VERL_TIMERS, as_verl_timers
 from trials.verl.launch import launch_verl
 from trials.verl.metrics import read_arrivals, read_steps, summarize
@@ -79,28 +80,47 @@ def scaled(spec: JobSpec, train_batch_size: int | None, mini_batch: int | None) 
 def named_configs(spec: JobSpec, names: list[str], settings: Settings) -> dict[str, dict[str, Any]]:
     """Each named config in full (the job's fixed knobs, then the baseline or trial's own)."""
     space = build_space(spec, "cuda", settings)
-    base = space.baseline_config() | space.fixed
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         if name == "defaults":
-            out[name] = dict(base)
+            out[name] = space.completed({})
         elif name == "example":
             allowed = {p: [v] for p, v in space.fixed.items()} | space.searched
             example = example_baseline(space.arch.num_parameters, allowed)
             print(f"example: {citation(example)}", flush=True)
-            out[name] = base | example.config
+            out[name] = space.completed(example.config)
         else:
             label, _, source = name.partition("=")
             path, _, number = source.partition("#")
             trials = [t for job in json.loads(Path(path).read_text())["jobs"] for t in job["trials"]]
             trial = next(t for t in trials if str(t["number"]) == number)
-            out[label] = base | trial["config"]
+            out[label] = space.completed(trial["config"])
     return out
 
 
+def gpus_held(visible: str | None) -> list[dict[str, Any]] | None:
+    """What each GPU of the comparison holds (memory, processes) as a run starts: a run that
+    fails right after another one did can be told from one that found its GPUs taken."""
+    readings = gpu_readings(visible)
+    if readings is None:
+        return None
+    return [
+        {
+            "gpu": r.gpu,
+            "used_gib": round(r.used_gib, 2),
+            "processes": [f"{p.pid} {p.name} {p.used_gib or 0:.2f} GiB" for p in r.processes],
+        }
+        for r in readings
+    ]
+
+
 def trial_row(result: Any) -> dict[str, Any]:
+    failed = result.status != "ok"
     return {
         "status": result.status,
+        "phase": result.phase if failed else None,
+        "error_type": result.error_type if failed else None,
+        "log_tail": result.log_tail[-6000:] if failed else "",
         "throughput": result.metrics.get(THROUGHPUT),
         "step_time_s": result.metrics.get("step_time_s"),
         "phase_timings_s": dict(result.phase_timings_s),
@@ -338,8 +358,10 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"[{time.strftime('%T')}] trial {name} {tspec.train.strategy} round {rnd}", flush=True
                     )
+                    held = gpus_held(doc["gpus"])
                     result = launch_trial(tspec, args.trial_timeout)
                     row = trial_row(result) | {
+                        "gpus_held_before": held,
                         "config": name,
                         "kind": "trial",
                         "round": rnd,
@@ -348,14 +370,20 @@ def main(argv: list[str] | None = None) -> int:
                     }
                     doc["runs"].append(row)
                     print(f"  {row['status']} {row['throughput']} {row['phase_timings_s']}", flush=True)
+                    if row["status"] != "ok":
+                        print(
+                            f"  {row['error_type']} in {row['phase']}:\n{row['log_tail'][-3000:]}", flush=True
+                        )
                     out.write_text(json.dumps(doc, indent=1, default=str))
             verl_rounds = args.rounds if args.verl_rounds is None else args.verl_rounds
             if name not in args.skip_verl and rnd < verl_rounds:
                 vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
                 vspec.trace = args.trace
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
+                held = gpus_held(doc["gpus"])
                 vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
                 row = verl_row(vres) | {
+                    "gpus_held_before": held,
                     "config": name,
                     "kind": "verl",
                     "round": rnd,

@@ -171,3 +171,16 @@ def test_a_spec_without_engine_arguments_is_refused():
     spec.rollout.engine_args = {"max_num_seqs": "max_seqs"}
     with pytest.raises(InvalidTrialSpec, match="names max_seqs, not fields"):
         _engine_kwargs("vllm", spec)
+
+
+def test_a_trial_takes_the_shared_field_from_its_own_engines_knob_only() -> None:
+    """vLLM's max_num_batched_tokens and SGLang's chunked_prefill_size share the trial's
+    token-budget field: a config holding both gives each engine its own, in either order."""
+    vllm_key, sglang_key = R + "max_num_batched_tokens", R + "engine_kwargs.sglang.chunked_prefill_size"
+    assert KNOBS[vllm_key].trial_field == KNOBS[sglang_key].trial_field
+    for config in (
+        {R + "max_model_len": 4096, vllm_key: 8192, sglang_key: 1024},
+        {R + "max_model_len": 4096, sglang_key: 1024, vllm_key: 8192},
+    ):
+        assert knobs_for_trial(config, "vllm")[0].max_num_batched_tokens == 8192
+        assert knobs_for_trial(config, "sglang")[0].max_num_batched_tokens == 1024

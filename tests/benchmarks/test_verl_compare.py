@@ -104,3 +104,46 @@ def test_trials_of_two_strategies_each_get_their_own_prediction_against_verl() -
     # One strategy: one trial column, as before.
     single = run | {"runs": [r for r in run["runs"] if r.get("strategy") != "fsdp2"]}
     assert "trial fsdp" not in table(single).splitlines()[0]
+
+
+def test_each_named_config_reaches_the_trial_and_verl_with_the_jobs_own_engine_knobs(tmp_path: Path) -> None:
+    """verl's defaults, its example and a recorded trial's config are completed as the study
+    completes a proposal: a knob another engine takes (SGLang's chunked_prefill_size in a
+    vLLM job) is not in them, and the trial's engine runs the token budget verl passes."""
+    from autotuner.jobs import build_space
+    from autotuner.knobs import KNOBS
+    from autotuner.settings import Settings
+    from autotuner.spec import load_job_spec
+    from autotuner.trialspec import build_trial_spec
+    from autotuner.verl_run import verl_run_spec
+    from benchmarks.gpu.verl_compare import named_configs, scaled
+
+    budget = "actor_rollout_ref.rollout.max_num_batched_tokens"
+    spec = scaled(load_job_spec(ROOT / "benchmarks" / "jobs" / "qwen2-7b-grpo-4gpu-world.yaml"), 32, 8)
+    arch = spec.validate_model()
+    space = build_space(spec, "cuda", Settings())
+    recorded = space.completed({}) | {budget: 4096, "actor_rollout_ref.rollout.tensor_model_parallel_size": 1}
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps({"jobs": [{"trials": [{"number": 3, "config": recorded}]}]}))
+    configs = named_configs(spec, ["defaults", "example", f"winner={results}#3"], Settings())
+    assert configs["winner"][budget] == 4096
+    assert configs["winner"]["actor_rollout_ref.rollout.tensor_model_parallel_size"] == 1
+    for name, config in configs.items():
+        assert all("vllm" in KNOBS[p].engines for p in config if p in KNOBS), name
+        trial = build_trial_spec(spec, arch, config, name, "cuda", None)
+        assert trial.rollout.max_num_batched_tokens == config[budget], name
+        overrides = verl_run_spec(spec, arch, config, name, "cuda", 4).overrides
+        assert f"{budget}={config[budget]}" in overrides, name
+
+
+def test_a_failed_trial_keeps_where_and_how_it_failed_and_its_logs_end() -> None:
+    from benchmarks.gpu.verl_compare import trial_row
+    from trials.types import TrialResult
+
+    log = "".join(f"line {i}\n" for i in range(2000))
+    failed = TrialResult("t", "error", phase="weight_sync", error_type="EngineError", log_tail=log)
+    row = trial_row(failed)
+    assert (row["phase"], row["error_type"]) == ("weight_sync", "EngineError")
+    assert log.endswith(row["log_tail"]) and 0 < len(row["log_tail"]) <= 6000
+    ok = trial_row(TrialResult("t", "ok", phase="train", log_tail=log))
+    assert (ok["phase"], ok["error_type"], ok["log_tail"]) == (None, None, "")

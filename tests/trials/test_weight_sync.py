@@ -160,11 +160,16 @@ def test_sglang_gets_each_bucket_through_update_weights_from_tensor(tiny_config,
 
 
 @pytest.mark.gpu
-def test_vllm_on_a_gpu_loads_the_actors_weights_by_cuda_ipc(tiny_config):
+@pytest.mark.parametrize("vocab_size", [2048, 4096])
+def test_vllm_on_a_gpu_loads_the_actors_weights_by_cuda_ipc(tiny_config, vocab_size):
+    """In buckets; with a vocabulary of 4096 the embedding and its tied lm_head (2 MiB) do
+    not fit a 1 MiB bucket and are shared from their own memory, as Qwen2-7B's (2.2 GB)
+    are with verl's default bucket of 2048 MB."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     cuda = torch.device("cuda", 0)
     os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    tiny_config = {**tiny_config, "vocab_size": vocab_size}
     spec = make_spec(tiny_config, phases=["rollout"], device="cuda", device_memory_cap_gib=None)
     spec.rollout.gpu_memory_utilization = 0.2
     backend = get_backend("vllm")

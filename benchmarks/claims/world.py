@@ -1,0 +1,63 @@
+"""Parts of benchmarks/README.md from the Qwen2-7B GRPO-like job in one world of four H200s:
+the world-scope trials and verl's own trainer on the same host, what ran and what did not."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from benchmarks.claims.data import Line, generated_from, load
+
+WORLD_X4 = "results/verl-qwen2-7b-h200x4-world.json"
+VERL_PHASES = (
+    ("weight sync", "timing_s/update_weights"),
+    ("rollout", "timing_s/gen"),
+    ("old log-prob", "timing_s/old_log_prob"),
+    ("reference", "timing_s/ref"),
+    ("update", "timing_s/update_actor"),
+)
+
+
+def _first_line(text: str | None) -> str:
+    return (text or "").strip().splitlines()[0] if text else ""
+
+
+def _outcome(row: dict[str, Any]) -> str:
+    what = f"{row['config']}: {'trial' if row['kind'] == 'trial' else 'verl'}"
+    if row["status"] == "ok":
+        return f"{what} ran"
+    nccl = re.search(r"Duplicate GPU detected[^\n\x1b]*", row.get("log_tail") or "")
+    said = f" (NCCL: {nccl.group(0).strip()})" if nccl else ""
+    return f"{what} {row['status']}: {_first_line(row['error']).rstrip(':')}{said}"
+
+
+def world_x4() -> list[Line]:
+    """Each run of the comparison and how it ended; then verl's defaults run alone: its
+    measured step's throughput and phases, counted as one step (no comparison rests on it)."""
+    doc = load(WORLD_X4)
+    lines = [generated_from(WORLD_X4)]
+    lines += [Line(f"- {_outcome(row)}", (WORLD_X4,)) for row in doc["run"]["runs"]]
+    (alone,) = doc["verl-alone"]["runs"]
+    measured = alone["steps"][alone["warmup_steps"] :]
+    if measured:
+        step = measured[0]
+        phases = ", ".join(f"{name} {step[key]:.1f} s" for name, key in VERL_PHASES)
+        logged = alone["step_logged_at_s"]
+        ended = (
+            ""
+            if alone["status"] == "ok"
+            else f" Its last step was logged {logged[-1]:.0f} s after launch; the run then "
+            f"ended `{alone['status']}` ({_first_line(alone['error'])})."
+        )
+        lines += [
+            Line(""),
+            Line(
+                f"verl's defaults alone on the same host: start-up {alone['startup_s']:.0f} s, "
+                f"{len(measured)} measured step after {alone['warmup_steps']} warm-up: "
+                f"{step['perf/throughput']:.0f} tokens/s/GPU, step {step['timing_s/step']:.1f} s "
+                f"({phases}); peak allocated {step['actor/perf/max_memory_allocated_gb']:.1f} GB "
+                f"per GPU.{ended}",
+                (WORLD_X4,),
+            ),
+        ]
+    return lines
