@@ -20,7 +20,7 @@ from autotuner.knobs import KNOBS, Knob, R, SpaceContext
 from autotuner.rules import Violation, violations
 from autotuner.spec import JobSpec, KnobOverride, ModelArch
 
-_TYPES: dict[str, Any] = {"float": float, "int": int, "bool": bool}
+KNOB_TYPES: dict[str, Any] = {"float": float, "int": int, "bool": bool}
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class SearchSpace:
 
     def _coerce(self, knob: Knob, value: Any, what: str) -> Any:
         try:
-            return TypeAdapter(_TYPES[knob.kind]).validate_python(value, strict=knob.kind == "bool")
+            return TypeAdapter(KNOB_TYPES[knob.kind]).validate_python(value, strict=knob.kind == "bool")
         except ValidationError:
             raise SpecError(
                 f"search.{knob.path}.{what}",
@@ -217,8 +217,11 @@ class SearchSpace:
     def completed(self, config: dict[str, Any]) -> dict[str, Any]:
         """A config named outside the study (a baseline, a trial's recorded config) in full:
         verl's defaults, the job's fixed knobs, then its own values; knobs that do not apply
-        to it or to the job's engine dropped, as a proposal's are."""
-        return self._prune(self.baseline_config() | self.fixed | config) | self.derived()
+        to it or to the job's engine dropped, as a proposal's are. A knob that applies only
+        under a switch the config turns (dynamic batching's token budgets) gets verl's
+        default."""
+        defaults = {path: knob.baseline for path, knob in KNOBS.items()} | self.baseline_config()
+        return self._prune(defaults | self.fixed | config) | self.derived()
 
     def full_config(self, params: dict[str, Any]) -> dict[str, Any]:
         """Fixed values, then the sampled params, then derived keys; inapplicable knobs dropped."""

@@ -29,6 +29,7 @@ entropy of every row (verl's ``calculate_entropy=True`` there), chunked with
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,12 @@ import torch
 from trials.errors import TrialEnvironmentError
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# verl v0.9.0's actor defaults (trainer/config/actor/actor.yaml, optim/fsdp.yaml): the PPO
+# clip range, dual-clip's lower bound, the KL loss's coefficient and the gradient clip.
 PPO_CLIP = 0.2
+PPO_CLIP_C = 3.0
+KL_LOSS_COEF = 0.001
+CLIP_GRAD = 1.0
 PACKED = "packed"
 PADDED = "padded"
 FLASH_ATTENTION = "flash_attention_2"
@@ -274,12 +280,68 @@ def log_probs_and_entropy(
     return token_log_probs(logits, mb.labels, inplace_backward=False), entropy
 
 
-def policy_loss(log_probs: torch.Tensor, mb: MicroBatchTensors, advantages: torch.Tensor) -> torch.Tensor:
-    """PPO's clipped surrogate, token-mean over the response positions (old log-probs =
-    detached current)."""
-    ratio = torch.exp(log_probs - log_probs.detach())
-    surrogate = torch.maximum(-advantages * ratio, -advantages * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP))
-    return (surrogate * mb.response_mask).sum() / mb.response_mask.sum().clamp(min=1.0)
+def policy_loss(
+    log_probs: torch.Tensor,
+    mb: MicroBatchTensors,
+    advantages: torch.Tensor,
+    ref_log_probs: torch.Tensor | None = None,
+    metrics: dict[str, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """verl v0.9's actor loss (``workers/utils/losses.ppo_loss``), token-mean over the response
+    positions, old log-probs = detached current: the vanilla PPO loss with dual clip
+    (``core_algos.compute_policy_loss_vanilla``), its approximate KL and clip fractions
+    computed as verl computes them for its metrics every micro-batch (into ``metrics``
+    when given); with ``ref_log_probs`` (``use_kl_loss``) plus ``KL_LOSS_COEF`` times the
+    low-variance KL to the reference (``kl_penalty`` ``low_var_kl``)."""
+    mask = mb.response_mask
+    tokens = mask.sum().clamp(min=1.0)
+
+    def token_mean(values: torch.Tensor) -> torch.Tensor:
+        return (values * mask).sum() / tokens
+
+    negative_approx_kl = torch.clamp(log_probs - log_probs.detach(), min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    losses1 = -advantages * ratio
+    losses2 = -advantages * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP)
+    clipped = torch.maximum(losses1, losses2)
+    losses3 = -advantages * PPO_CLIP_C
+    losses = torch.where(advantages < 0, torch.minimum(losses3, clipped), clipped)
+    loss = token_mean(losses)
+    with torch.no_grad():
+        computed = {
+            "ppo_kl": token_mean(-negative_approx_kl),
+            "pg_clipfrac": token_mean(torch.gt(losses2, losses1).float()),
+            "pg_clipfrac_lower": token_mean(torch.gt(clipped, losses3).float() * (advantages < 0).float()),
+        }
+    if ref_log_probs is not None:
+        kl = torch.clamp(ref_log_probs - log_probs, min=-20.0, max=20.0)
+        kl_loss = token_mean(torch.clamp(torch.exp(kl) - kl - 1, min=-10.0, max=10.0))
+        loss = loss + KL_LOSS_COEF * kl_loss
+        computed["kl_loss"] = kl_loss.detach()
+    if metrics is not None:
+        metrics.update(computed)
+    return loss
+
+
+def optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float = CLIP_GRAD
+) -> bool:
+    """verl v0.9's FSDP engine's ``optimizer_step``: the gradients clipped to ``max_norm``
+    (their global norm, a collective over the actor's ranks: FSDP1's own
+    ``clip_grad_norm_``, else torch's over the sharded gradients), the step skipped when the
+    norm is not finite (a check on the host, as verl's is), the gradients cleared. Whether
+    it stepped."""
+    own = getattr(model, "clip_grad_norm_", None)
+    clip = own if callable(own) else functools.partial(torch.nn.utils.clip_grad_norm_, model.parameters())
+    norm = clip(max_norm)
+    full = getattr(norm, "full_tensor", None)
+    if callable(full):
+        norm = full()
+    finite = bool(torch.isfinite(norm))
+    if finite:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return finite
 
 
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device) -> None:

@@ -3,8 +3,10 @@
 Order and batching follow verl: ``old_log_prob`` (forward only, with every row's entropy,
 micro-batches of ``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same on the
 reference model at ``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``),
-``update_actor`` (forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``,
-gradients accumulated, one AdamW step per local mini-batch). ``use_dynamic_bsz`` cuts
+``update_actor`` (forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``
+through verl's loss, the KL to the reference included with ``use_kl_loss``
+(``actor.policy_loss``), gradients accumulated, one AdamW step per local mini-batch after
+verl's gradient clipping (``actor.optimizer_step``)). ``use_dynamic_bsz`` cuts
 micro-batches by token budget instead (see ``batching``). Each micro-batch is laid out as
 verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows).
 
@@ -246,7 +248,7 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
         state.load_params()
         state.load_optimizer()
         _forward_backward(setup, state.model)(_largest(setup, plans["update_actor"]))
-        _optimizer_step(state.optimizer)
+        actor.optimizer_step(state.model, state.optimizer)
         state.offload_optimizer()
         state.offload_params()
     setup.sync()
@@ -493,24 +495,23 @@ def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroB
     def forward_backward(mb: MicroBatch) -> None:
         tensors = setup.tensors(mb)
         advantages = torch.randn(tensors.labels.shape, generator=generator).to(setup.device)
+        entropy = None
         if t.entropy_coeff:
             log_probs, entropy = actor.log_probs_and_entropy(
                 model, tensors, setup.autocast, t.entropy_from_logits_with_chunking, t.entropy_checkpointing
             )
-            loss = actor.policy_loss(log_probs, tensors, advantages)
-            mask = tensors.response_mask
-            loss = loss - t.entropy_coeff * (entropy * mask).sum() / mask.sum().clamp(min=1.0)
         else:
             log_probs = actor.response_log_probs(model, tensors, setup.autocast)
-            loss = actor.policy_loss(log_probs, tensors, advantages)
+        # The reference's log-probs of the step (use_kl_loss): near the actor's, as at the
+        # start of training.
+        ref_log_probs = log_probs.detach() + 0.01 * advantages if t.use_ref else None
+        loss = actor.policy_loss(log_probs, tensors, advantages, ref_log_probs)
+        if entropy is not None:
+            mask = tensors.response_mask
+            loss = loss - t.entropy_coeff * (entropy * mask).sum() / mask.sum().clamp(min=1.0)
         (loss * (len(mb.indices) / mini_batch_size)).backward()
 
     return forward_backward
-
-
-def _optimizer_step(optimizer: torch.optim.Optimizer) -> None:
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
 
 
 def _update_phase(
@@ -522,14 +523,14 @@ def _update_phase(
     """(seconds of the whole plan with its optimizer steps, an optimizer step's mean seconds)."""
     forward_backward = _forward_backward(setup, model)
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
-    _optimizer_step(optimizer)
+    actor.optimizer_step(model, optimizer)
     step_seconds: list[float] = []
 
     def every() -> None:
         for mb in plan:
             forward_backward(mb)
             if mb.ends_mini_batch:
-                step_seconds.append(_timed(setup, functools.partial(_optimizer_step, optimizer)))
+                step_seconds.append(_timed(setup, functools.partial(actor.optimizer_step, model, optimizer)))
 
     seconds = _timed(setup, every)
     return seconds, sum(step_seconds) / max(len(step_seconds), 1)

@@ -3,7 +3,9 @@
 For one job spec and a few named configs (``defaults``: verl v0.9's defaults as the job's
 first baseline; ``example``: verl's example command for the model's size, the job's second
 baseline; ``NAME=RESULTS.json#TRIAL``: a trial's config from a results file written by
-``dump_results``), each round runs, config after config:
+``dump_results``; ``NAME=defaults`` / ``NAME=example``: a copy of a baseline, to be changed
+with ``--set NAME:KEY=VALUE``, e.g. the rollout's TP with everything else fixed), each
+round runs, config after config:
 
 - the tuner's trial of that config (``trials.launcher.launch_trial``, the trial spec the
   job's runner would build: its predicted step throughput and phase times, verl's own cut
@@ -49,9 +51,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
 from autotuner.baselines import citation, example_baseline
 from autotuner.jobs import build_space, memory_cap_gib
+from autotuner.knobs import KNOBS, R
+from autotuner.rules import violations
 from autotuner.settings import Settings
+from autotuner.space import KNOB_TYPES
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
@@ -63,6 +71,7 @@ from trials.verl.metrics import read_arrivals, read_steps, summarize
 from trials.verl.trace import read_trace
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
+TP_KEY = R + "tensor_model_parallel_size"
 
 
 def scaled(spec: JobSpec, train_batch_size: int | None, mini_batch: int | None) -> JobSpec:
@@ -77,25 +86,64 @@ def scaled(spec: JobSpec, train_batch_size: int | None, mini_batch: int | None) 
     return JobSpec.model_validate(data)
 
 
-def named_configs(spec: JobSpec, names: list[str], settings: Settings) -> dict[str, dict[str, Any]]:
-    """Each named config in full (the job's fixed knobs, then the baseline or trial's own)."""
+def named_configs(
+    spec: JobSpec, names: list[str], settings: Settings, sets: list[str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Each named config in full (the job's fixed knobs, then the baseline or trial's own),
+    then the knobs ``sets`` gives it (``NAME:KEY=VALUE``). ``NAME=defaults`` and
+    ``NAME=example`` name a copy of a baseline, so that one baseline can run with one knob
+    moved (e.g. the rollout's TP). Raises ``ValueError`` naming what is wrong."""
     space = build_space(spec, "cuda", settings)
     out: dict[str, dict[str, Any]] = {}
     for name in names:
-        if name == "defaults":
-            out[name] = space.completed({})
-        elif name == "example":
+        label, _, source = name.partition("=")
+        source = source or label
+        if source == "defaults":
+            out[label] = space.completed({})
+        elif source == "example":
             allowed = {p: [v] for p, v in space.fixed.items()} | space.searched
             example = example_baseline(space.arch.num_parameters, allowed)
             print(f"example: {citation(example)}", flush=True)
-            out[name] = space.completed(example.config)
-        else:
-            label, _, source = name.partition("=")
+            out[label] = space.completed(example.config)
+        elif "#" in source:
             path, _, number = source.partition("#")
             trials = [t for job in json.loads(Path(path).read_text())["jobs"] for t in job["trials"]]
-            trial = next(t for t in trials if str(t["number"]) == number)
+            trial = next((t for t in trials if str(t["number"]) == number), None)
+            if trial is None:
+                raise ValueError(f"--config {name}: {path} has no trial {number}")
             out[label] = space.completed(trial["config"])
+        else:
+            raise ValueError(
+                f"--config {name}: give defaults, example, NAME=defaults|example or NAME=FILE#TRIAL"
+            )
+    for item in sets or []:
+        label, key, value = _setting(item)
+        if label not in out:
+            raise ValueError(f"--set {item}: no config {label!r} (configs: {', '.join(out)})")
+        out[label] = space.completed(out[label] | {key: value})
+        broken = violations(out[label], spec.workload, spec.cluster, space.arch)
+        if broken:
+            why = "; ".join(f"{v.key}: {v.message}" for v in broken)
+            raise ValueError(f"--set {item}: verl would refuse config {label!r}: {why}")
     return out
+
+
+def _setting(item: str) -> tuple[str, str, Any]:
+    """``NAME:KEY=VALUE`` as (name, knob path, value of the knob's type)."""
+    label, _, assignment = item.partition(":")
+    key, eq, raw = assignment.partition("=")
+    if not (label and eq):
+        raise ValueError(f"--set {item}: write NAME:KEY=VALUE, e.g. tp4:{TP_KEY}=4")
+    knob = KNOBS.get(key)
+    if knob is None:
+        raise ValueError(f"--set {item}: {key!r} is not a knob the tuner knows (autotuner/knobs.py)")
+    try:
+        value = TypeAdapter(KNOB_TYPES[knob.kind]).validate_python(
+            yaml.safe_load(raw), strict=knob.kind == "bool"
+        )
+    except (ValidationError, yaml.YAMLError):
+        raise ValueError(f"--set {item}: {raw!r} is not a {knob.kind}") from None
+    return label, key, value
 
 
 def gpus_held(visible: str | None) -> list[dict[str, Any]] | None:
@@ -293,7 +341,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gpu.verl_compare")
     parser.add_argument("--job", required=True)
     parser.add_argument(
-        "--config", action="append", required=True, help="defaults | example | NAME=FILE#TRIAL"
+        "--config",
+        action="append",
+        required=True,
+        help="defaults | example | NAME=defaults | NAME=example | NAME=FILE#TRIAL",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE",
+        help=f"a knob of config NAME moved, e.g. tp4:{TP_KEY}=4 (with --config tp4=defaults)",
     )
     parser.add_argument("--train-batch-size", type=int)
     parser.add_argument("--ppo-mini-batch-size", type=int)
@@ -330,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings()
     spec = scaled(load_job_spec(Path(args.job)), args.train_batch_size, args.ppo_mini_batch_size)
     arch = spec.validate_model()
-    configs = named_configs(spec, args.config, settings)
+    try:
+        configs = named_configs(spec, args.config, settings, args.set)
+    except ValueError as exc:
+        parser.error(str(exc))
     cap = memory_cap_gib(spec, "cuda", settings)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -147,3 +147,38 @@ def test_a_failed_trial_keeps_where_and_how_it_failed_and_its_logs_end() -> None
     assert log.endswith(row["log_tail"]) and 0 < len(row["log_tail"]) <= 6000
     ok = trial_row(TrialResult("t", "ok", phase="train", log_tail=log))
     assert (ok["phase"], ok["error_type"], ok["log_tail"]) == (None, None, "")
+
+
+def test_a_baseline_runs_with_one_knob_moved_and_a_setting_verl_would_refuse_is_named() -> None:
+    """Rollout TP 1, 2 and 4 on the 4-GPU world, everything else verl's defaults; a TP that
+    does not divide the world, a knob the tuner does not know or a value of the wrong type
+    is refused before anything runs, naming the setting."""
+    from autotuner.settings import Settings
+    from autotuner.spec import load_job_spec
+    from benchmarks.gpu.verl_compare import TP_KEY, named_configs, scaled
+
+    spec = scaled(load_job_spec(ROOT / "benchmarks" / "jobs" / "qwen2-7b-grpo-4gpu-world.yaml"), 32, 8)
+    names = ["defaults", "tp1=defaults", "tp4=defaults"]
+    configs = named_configs(spec, names, Settings(), [f"tp1:{TP_KEY}=1", f"tp4:{TP_KEY}=4"])
+    assert [configs[n][TP_KEY] for n in ("defaults", "tp1", "tp4")] == [2, 1, 4]
+    for name in ("tp1", "tp4"):
+        moved = {k for k in configs[name] if configs[name][k] != configs["defaults"].get(k)}
+        assert moved == {TP_KEY}, name
+    # Dynamic batching on: the fixed micro-batch knobs leave, the token budgets come in.
+    dyn = named_configs(
+        spec, ["dyn=defaults"], Settings(), ["dyn:actor_rollout_ref.actor.use_dynamic_bsz=true"]
+    )
+    assert "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu" not in dyn["dyn"]
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu" in dyn["dyn"]
+    for sets, words in (
+        ([f"tp3:{TP_KEY}=3"], ["tp3", "no config"]),
+        ([f"tp3x:{TP_KEY}"], ["NAME:KEY=VALUE"]),
+        (["tp1:actor_rollout_ref.rollout.no_such_knob=1"], ["no_such_knob", "not a knob"]),
+        ([f"tp1:{TP_KEY}=two"], ["'two'", "not a int"]),
+        ([f"tp1:{TP_KEY}=3"], ["verl would refuse", TP_KEY]),
+    ):
+        with pytest.raises(ValueError) as refused:
+            named_configs(spec, ["tp1=defaults"], Settings(), sets)
+        assert all(w in str(refused.value) for w in words), (sets, str(refused.value))
+    with pytest.raises(ValueError, match="give defaults, example"):
+        named_configs(spec, ["tp1=default"], Settings())

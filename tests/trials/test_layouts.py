@@ -95,3 +95,61 @@ def test_a_gpu_actor_without_flash_attn_is_an_environment_error(monkeypatch) -> 
     with pytest.raises(TrialEnvironmentError, match="flash-attention 2.*install flash-attn"):
         actor.attention_kernel("cuda")
     assert actor.attention_kernel("cpu") == actor.SDPA
+
+
+def _low_var_kl(log_probs: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    kl = (ref - log_probs).clamp(-20, 20)
+    return (torch.exp(kl) - kl - 1).clamp(-10, 10)
+
+
+def test_the_loss_is_verls_dual_clip_ppo_loss_with_the_kl_to_the_reference() -> None:
+    """At the old policy (ratio 1) the PPO term is minus the mean advantage; its gradient
+    is verl's (-A per token, dual clip leaving it alone at ratio 1); the KL to the reference
+    adds kl_loss_coef times verl's low-variance KL, and verl's metrics are computed."""
+    sequences, responses = _batch(seed=4)
+    mb = actor.micro_batch(sequences, responses, tuple(range(5)), CPU, actor.PACKED)
+    torch.manual_seed(0)
+    model = actor.build_causal_lm(TINY, torch.float32, CPU, False)
+    log_probs = actor.response_log_probs(model, mb, None)
+    advantages = torch.randn(log_probs.shape, generator=torch.Generator().manual_seed(1))
+    mask = mb.response_mask
+    tokens = mask.sum()
+    metrics: dict[str, torch.Tensor] = {}
+    plain = actor.policy_loss(log_probs, mb, advantages, metrics=metrics)
+    torch.testing.assert_close(plain, -(advantages * mask).sum() / tokens)
+    assert set(metrics) == {"ppo_kl", "pg_clipfrac", "pg_clipfrac_lower"}
+    assert all(float(v) == 0.0 for v in metrics.values())  # no drift and nothing clipped at ratio 1
+    (grad,) = torch.autograd.grad(plain, log_probs, retain_graph=True)
+    torch.testing.assert_close(grad, -advantages * mask / tokens)
+
+    ref = log_probs.detach() + 0.3 * advantages
+    metrics = {}
+    with_kl = actor.policy_loss(log_probs, mb, advantages, ref, metrics)
+    kl = (_low_var_kl(log_probs.detach(), ref) * mask).sum() / tokens
+    assert float(kl) > 0
+    torch.testing.assert_close(with_kl, plain + actor.KL_LOSS_COEF * kl)
+    torch.testing.assert_close(metrics["kl_loss"], kl)
+
+
+def test_the_optimizer_step_clips_as_verl_and_skips_a_non_finite_step() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    (model(torch.ones(4, 8)) * 100).sum().backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    grads = [p.grad.clone() for p in model.parameters()]
+    norm = torch.linalg.vector_norm(torch.cat([g.flatten() for g in grads]))
+    assert float(norm) > actor.CLIP_GRAD
+    assert actor.optimizer_step(model, optimizer)
+    moved = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters(), strict=True)])
+    # SGD at lr 1 moves each parameter by its clipped gradient: the step's norm is the clip.
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(moved), torch.tensor(actor.CLIP_GRAD), rtol=1e-5, atol=1e-6
+    )
+    assert all(p.grad is None for p in model.parameters())
+
+    (model(torch.full((4, 8), float("inf")))).sum().backward()
+    before = [p.detach().clone() for p in model.parameters()]
+    assert not actor.optimizer_step(model, optimizer)
+    assert all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+    assert all(p.grad is None for p in model.parameters())
