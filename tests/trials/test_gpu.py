@@ -317,6 +317,34 @@ def test_a_world_of_two_gpus_runs_one_tp2_replica_beside_a_real_fsdp_actor():
 
 
 @pytest.mark.engine
+@pytest.mark.parametrize("bucket_megabytes", [2048, 256])
+def test_a_world_of_four_gpus_runs_two_tp2_replicas_beside_a_real_fsdp_actor(bucket_megabytes):
+    """verl's layout of a 4-GPU world: four actor ranks over NCCL, two TP-2 engines (GPUs 0-1
+    and 2-3), each fed the actor's weights by its replica's leader, its second worker reading
+    them from the leader's GPU. With a bucket of 256 MB the embedding and lm_head (545 MB
+    each in fp32) do not fit and are shared from their own memory, as Qwen2-7B's are with
+    verl's default bucket."""
+    _needs_vllm()
+    _needs_gpus(4)
+    spec = qwen_spec(f"world-2x-tp2-{bucket_megabytes}", trial_gpus=4, n_gpus=4, rollout_replicas=2)
+    spec.prompt_lengths = spec.prompt_lengths * 2  # the two replicas' shares
+    spec.response_lengths = spec.response_lengths * 2
+    spec.train_prompt_lengths = spec.train_prompt_lengths * 4  # the four ranks' shares
+    spec.train_response_lengths = spec.train_response_lengths * 4
+    spec.rollout.tensor_model_parallel_size = 2
+    spec.rollout.gpu_memory_utilization = 0.5
+    spec.rollout.update_weights_bucket_megabytes = bucket_megabytes
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.phase, result.error_message, result.log_tail[-6000:])
+    m = result.metrics
+    assert m["trial_ranks"] == 4 and m["trial_replicas"] == 2
+    assert m["actor_real_collectives"] == 1 and m["actor_fsdp_world_size"] == 4
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    assert m["weight_sync_bytes"] > 0
+    assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
+
+
+@pytest.mark.engine
 def test_two_tp1_replicas_of_a_larger_world_run_side_by_side():
     """One trial, two GPUs of a world of eight: each rank fakes its world (a rank's eighth
     of the actor) and leads its own TP-1 replica with its own requests."""
