@@ -3,10 +3,12 @@
 # against FSDP2 (`fsdp2`), detached. Wheels as for verl-h200.sh (vLLM 0.24.0 + the control
 # bundle in /tmp/parts, verl's bundle and antlr4's wheel in /tmp/parts-verl, flash-attn's
 # parts in /tmp/parts-fa). In order, each step skipped when its variable is empty:
-# - GPU_TESTS (default "fsdp1"): the GPU tests selected by `pytest -k`;
+# - GPU_TESTS (default "fsdp1"): the GPU tests (test_gpu.py, test_weight_sync.py) selected
+#   by `pytest -k`;
 # - LAYOUT_ARGS (default "--strategy fsdp --repeats 3"): layout_bench.py's rows;
 # - COMPARE_ARGS (default: verl's defaults, trials with both strategies, then verl on it, 32
-#   prompts x 8 per step): verl_compare.py on the Qwen2.5-1.5B GRPO-like job.
+#   prompts x 8 per step): verl_compare.py on the Qwen2.5-1.5B GRPO-like job, or on
+#   COMPARE_JOB (e.g. jobs/qwen2-7b-grpo-4gpu-world.yaml on a host of four GPUs).
 # usage: setsid nohup bash benchmarks/gpu/strategy-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
@@ -19,7 +21,7 @@ compare=${COMPARE_ARGS-"--config defaults --actor-strategy fsdp --actor-strategy
 if [ -n "$tests" ]; then
   log "GPU tests -k $tests"
   (cd "$src" && PYTHONPATH=/tmp/site:$src python3 -m pytest -p no:cacheprovider -m gpu \
-    tests/trials/test_gpu.py -k "$tests" -v > /tmp/at/logs/gpu-tests.log 2>&1)
+    tests/trials/test_gpu.py tests/trials/test_weight_sync.py -k "$tests" -v > /tmp/at/logs/gpu-tests.log 2>&1)
   log "GPU tests: $(tail -n 1 /tmp/at/logs/gpu-tests.log)"
 fi
 if [ -n "$layout" ]; then
@@ -32,7 +34,7 @@ fi
 if [ -n "$compare" ]; then
   log "verl_compare $compare"
   # shellcheck disable=SC2086
-  python3 -m benchmarks.gpu.verl_compare --job benchmarks/jobs/qwen2.5-1.5b-grpo.yaml $compare \
+  python3 -m benchmarks.gpu.verl_compare --job "${COMPARE_JOB:-benchmarks/jobs/qwen2.5-1.5b-grpo.yaml}" $compare \
     --out /tmp/at/probe-verl/compare.json > /tmp/at/logs/verl.log 2>&1
 fi
 log "plan done"
