@@ -19,7 +19,7 @@ VERL_PHASES = (
 
 
 def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if text else ""
+    return text.strip().splitlines()[0] if text and text.strip() else ""
 
 
 def _outcome(row: dict[str, Any]) -> str:

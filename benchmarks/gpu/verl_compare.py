@@ -142,7 +142,7 @@ def _setting(item: str) -> tuple[str, str, Any]:
             yaml.safe_load(raw), strict=knob.kind == "bool"
         )
     except (ValidationError, yaml.YAMLError):
-        raise ValueError(f"--set {item}: {raw!r} is not a {knob.kind}") from None
+        raise ValueError(f"--set {item}: {raw!r} is not of type {knob.kind}") from None
     return label, key, value
 
 

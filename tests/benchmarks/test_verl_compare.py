@@ -174,7 +174,7 @@ def test_a_baseline_runs_with_one_knob_moved_and_a_setting_verl_would_refuse_is_
         ([f"tp3:{TP_KEY}=3"], ["tp3", "no config"]),
         ([f"tp3x:{TP_KEY}"], ["NAME:KEY=VALUE"]),
         (["tp1:actor_rollout_ref.rollout.no_such_knob=1"], ["no_such_knob", "not a knob"]),
-        ([f"tp1:{TP_KEY}=two"], ["'two'", "not a int"]),
+        ([f"tp1:{TP_KEY}=two"], ["'two'", "not of type int"]),
         ([f"tp1:{TP_KEY}=3"], ["verl would refuse", TP_KEY]),
     ):
         with pytest.raises(ValueError) as refused:
