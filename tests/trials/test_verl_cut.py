@@ -20,7 +20,7 @@ from trials.lengths import step_lengths
 from trials.memory import process_tree_rss_bytes
 from trials.train import run_train
 from trials.types import BatchDraw
-from trials.verl.cut import PHASES, CutPlan, PreparedCut, measure
+from trials.verl.cut import PHASES, REPEAT_BUDGET_S, CutPlan, PreparedCut, measure
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,8 +71,10 @@ def test_a_cut_records_the_collectors_share_and_the_heap() -> None:
         assert 1 <= cut[f"{phase}_cuts"] <= 3
         assert 0 <= cut[f"{phase}_gc_s"] < cut[phase]
         assert cut[f"{phase}_full_gcs"] >= 0
-    # A log-prob cut this size (67 micro-batches, about a second here) is repeated.
-    assert cut["old_log_prob_cuts"] >= 2
+    # A phase is cut again unless its first cut alone took the budget (a log-prob cut of 67
+    # micro-batches takes about a second on an idle 2-core machine, several on a loaded one).
+    for phase in PHASES:
+        assert cut[f"{phase}_cuts"] >= 2 or cut[phase] >= REPEAT_BUDGET_S, phase
     assert cut["heap_objects"] > 100_000 and cut["gc_enabled"] == 1
 
 
