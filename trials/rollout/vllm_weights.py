@@ -18,6 +18,14 @@ re-processed once all its weights arrived, ``finalize_layerwise_reload`` after t
 with the bucket's tensors copied out first (the reload keeps them until their layer is
 complete). On a GPU the weights are loaded as verl loads them.
 
+A replica of several GPUs (tensor parallelism) gets its buckets from its leader's actor
+rank alone (``trials.rollout.weight_sync``), so its other workers open a bucket on another
+GPU than their own. Their parameters live in vLLM's sleep-mode memory, which is mapped for
+their own GPU only, and a copy between GPUs runs on the source's: those workers first copy
+the bucket to their own GPU over the GPUs' link, then load from it. In verl each worker
+reads the bucket its own GPU's actor rank sent; the trial's other workers move one bucket
+more per bucket, and hold it while they load.
+
 Only plain data crosses ``collective_rpc`` (names, shapes, dtype names, offsets, the IPC
 handle pickled to bytes here), so vLLM's msgpack encoder carries it without
 ``VLLM_ALLOW_INSECURE_SERIALIZATION``. Imported in vLLM's worker processes: torch only.
@@ -62,6 +70,12 @@ class WeightReceiver:
     def trials_load_bucket(self, source: dict[str, Any], slots: list[SlotData], last: bool) -> int:
         """Load one bucket into this worker's model; the number of tensors it handed over."""
         buffer = self._trials_open(source)
+        if buffer.is_cuda and buffer.device.index != torch.cuda.current_device():
+            # A tensor-parallel worker on another GPU than the sender's: its parameters
+            # (sleep mode's memory, mapped for its own GPU only) cannot be written by a copy
+            # that runs on the sender's GPU, as a cross-device copy does. The bucket comes
+            # over first (see the module docstring).
+            buffer = buffer.to(torch.device("cuda", torch.cuda.current_device()))
         model = self._trials_model()
         layerwise = not buffer.is_cuda  # vLLM on CPU packs its linear weights for oneDNN
         if layerwise and not getattr(self, "_trials_reloading", False):

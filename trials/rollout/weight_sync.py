@@ -25,7 +25,8 @@ of the tensors it groups).
 Emulated in a trial over several GPUs (``trials.ranks``): in verl every actor rank
 gathers the full tensors and sends them to the engine worker on its own GPU; here every
 rank gathers (the collectives must be joined by all) and packs into its own bucket, but
-only a replica's leader has an engine, whose workers all read the leader's bucket. In a
+only a replica's leader has an engine, whose workers all read the leader's bucket (those on
+the replica's other GPUs copy it to their own first: ``trials.rollout.vllm_weights``). In a
 trial that fakes its world, the gathers move no data. A rollout-only trial has no actor:
 its weights are the model's parameters, drawn one at a time on the device in fp32
 (``model_weights``), so the gather is not measured, the packing and loading are.
