@@ -70,7 +70,8 @@ class WeightReceiver:
     def trials_load_bucket(self, source: dict[str, Any], slots: list[SlotData], last: bool) -> int:
         """Load one bucket into this worker's model; the number of tensors it handed over."""
         buffer = self._trials_open(source)
-        if buffer.is_cuda and buffer.device.index != torch.cuda.current_device():
+        moved = buffer.is_cuda and buffer.device.index != torch.cuda.current_device()
+        if moved:
             # A tensor-parallel worker on another GPU than the sender's: its parameters
             # (sleep mode's memory, mapped for its own GPU only) cannot be written by a copy
             # that runs on the sender's GPU, as a cross-device copy does. The bucket comes
@@ -95,6 +96,8 @@ class WeightReceiver:
             torch.cuda.synchronize()
         count = len(weights)
         del weights, buffer
+        if moved:  # the copy's memory back to the GPU, for the KV cache that wakes next
+            torch.cuda.empty_cache()
         if last:
             self._trials_finish(model)
         return count
