@@ -291,17 +291,26 @@ def _needs_gpus(n: int) -> None:
         pytest.skip(f"needs {n} GPUs, this host shows {torch.cuda.device_count()}")
 
 
+def tp2_world_spec(trial_id: str, gpus: int):
+    """The whole world of ``gpus`` GPUs in one trial: a rank per GPU over a real process
+    group, a TP-2 replica per two GPUs, each replica and rank with its share of the step."""
+    spec = qwen_spec(trial_id, trial_gpus=gpus, n_gpus=gpus, rollout_replicas=gpus // 2)
+    spec.prompt_lengths = spec.prompt_lengths * (gpus // 2)  # the replicas' shares
+    spec.response_lengths = spec.response_lengths * (gpus // 2)
+    spec.train_prompt_lengths = spec.train_prompt_lengths * gpus  # the ranks' shares
+    spec.train_response_lengths = spec.train_response_lengths * gpus
+    spec.rollout.tensor_model_parallel_size = 2
+    spec.rollout.gpu_memory_utilization = 0.5
+    return spec
+
+
 @pytest.mark.engine
 def test_a_world_of_two_gpus_runs_one_tp2_replica_beside_a_real_fsdp_actor():
     """The whole world in one trial: two rank processes, NCCL between their actor shards,
     one TP-2 engine over both GPUs, slept for training and woken for the next step."""
     _needs_vllm()
     _needs_gpus(2)
-    spec = qwen_spec("world-tp2", trial_gpus=2, n_gpus=2, rollout_replicas=1)
-    spec.train_prompt_lengths = spec.train_prompt_lengths * 2  # the two ranks' shares
-    spec.train_response_lengths = spec.train_response_lengths * 2
-    spec.rollout.tensor_model_parallel_size = 2
-    spec.rollout.gpu_memory_utilization = 0.5
+    spec = tp2_world_spec("world-tp2", 2)
     spec.train.param_offload = True
     result = launch_trial(spec, timeout_s=600)
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
@@ -320,19 +329,13 @@ def test_a_world_of_two_gpus_runs_one_tp2_replica_beside_a_real_fsdp_actor():
 @pytest.mark.parametrize("bucket_megabytes", [2048, 256])
 def test_a_world_of_four_gpus_runs_two_tp2_replicas_beside_a_real_fsdp_actor(bucket_megabytes):
     """verl's layout of a 4-GPU world: four actor ranks over NCCL, two TP-2 engines (GPUs 0-1
-    and 2-3), each fed the actor's weights by its replica's leader, its second worker reading
-    them from the leader's GPU. With a bucket of 256 MB the embedding and lm_head (545 MB
+    and 2-3), each fed the actor's weights by its replica's leader, its second worker copying
+    them over from the leader's GPU. With a bucket of 256 MB the embedding and lm_head (545 MB
     each in fp32) do not fit and are shared from their own memory, as Qwen2-7B's are with
     verl's default bucket."""
     _needs_vllm()
     _needs_gpus(4)
-    spec = qwen_spec(f"world-2x-tp2-{bucket_megabytes}", trial_gpus=4, n_gpus=4, rollout_replicas=2)
-    spec.prompt_lengths = spec.prompt_lengths * 2  # the two replicas' shares
-    spec.response_lengths = spec.response_lengths * 2
-    spec.train_prompt_lengths = spec.train_prompt_lengths * 4  # the four ranks' shares
-    spec.train_response_lengths = spec.train_response_lengths * 4
-    spec.rollout.tensor_model_parallel_size = 2
-    spec.rollout.gpu_memory_utilization = 0.5
+    spec = tp2_world_spec(f"world-2x-tp2-{bucket_megabytes}", 4)
     spec.rollout.update_weights_bucket_megabytes = bucket_megabytes
     result = launch_trial(spec, timeout_s=600)
     assert result.status == "ok", (result.phase, result.error_message, result.log_tail[-6000:])
