@@ -80,6 +80,7 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
+from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
 from benchmarks.claims.verl_three import verl_three, verl_three_headline, verl_three_top
 from benchmarks.claims.verl_trace import (
     verl_batching,
@@ -108,6 +109,9 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("verl-h200", verl_h200),
+    Claim("verl-h200-headline", verl_h200_headline),
+    Claim("verl-h200-micro-batches", verl_h200_micro_batches),
     Claim("strategy-compare", strategy_compare(STRATEGY)),
     Claim("strategy-example", strategy_compare(EXAMPLE)),
     Claim("verl-outside-micro-batches", verl_outside_micro_batches),
@@ -149,6 +153,7 @@ CLAIMS: list[Claim] = [
     Claim("first-pass-slowdown", first_pass_slowdown),
     Claim("engines-top", engines_top),
     Claim("verl-compare-top", verl_compare_top),
+    Claim("verl-h200-top", verl_h200_top),
     Claim("verl-three-top", verl_three_top),
     Claim("load-test", load_test),
     # search/README.md

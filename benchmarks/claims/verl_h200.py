@@ -1,0 +1,243 @@
+"""Parts of the READMEs from verl's defaults, example and the winner run in verl on one H200
+each, beside trials of the same configs on the same hosts (``benchmarks/gpu/strategy-h200.sh``
+running ``verl_compare``): the trials with verl's loss, optimizer step and cut, vLLM with the
+config's own prefill budget."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from autotuner.noise import spread_pct
+from benchmarks.claims.data import Line, generated_from, load, span, table
+from benchmarks.claims.verl_three import TIMERS as THREE_TIMERS
+from trials.step import as_verl_timers
+
+VERL_H200 = "results/verl-qwen2.5-1.5b-h200-three.json"
+HOSTS = ("host_a", "host_b")
+CONFIGS = ("defaults", "example", "winner")
+# verl's timers the table sets beside the trial's, by the name the table gives them.
+TIMERS = {"weight sync": "timing_s/update_weights", **THREE_TIMERS, "step": "timing_s/step"}
+
+
+def _rows(kind: str, config: str, host: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(host, row) of every finished run of ``kind`` for ``config``."""
+    doc = load(VERL_H200)
+    return [
+        (h, row)
+        for h in HOSTS
+        if host in (None, h)
+        for row in doc[h]["runs"]
+        if row["kind"] == kind and row["config"] == config and row["status"] == "ok"
+    ]
+
+
+def _verl(config: str) -> tuple[str, dict[str, Any]]:
+    (found,) = _rows("verl", config)
+    return found
+
+
+def _measured(verl: dict[str, Any]) -> list[dict[str, float]]:
+    return verl["steps"][verl.get("warmup_steps", 1) :]
+
+
+def _verl_median(verl: dict[str, Any], key: str) -> float:
+    return statistics.median(step[key] for step in _measured(verl))
+
+
+def _trial_timer(trial: dict[str, Any], key: str) -> float:
+    if key == "timing_s/step":
+        return float(trial["step_time_s"])
+    return as_verl_timers(trial["phase_timings_s"])[key]
+
+
+def _err(predicted: float, measured: float) -> str:
+    return f"{100 * (predicted / measured - 1):+.1f}%"
+
+
+def _trials_beside(config: str) -> tuple[str, list[dict[str, Any]]]:
+    """The host of verl's run of ``config`` and the trials of it on that host."""
+    host, _ = _verl(config)
+    return host, [row for _, row in _rows("trial", config, host)]
+
+
+def _throughputs() -> tuple[dict[str, float], dict[str, float]]:
+    """Per config: verl's median step throughput, and the median of the trials beside it."""
+    verl = {c: _verl_median(_verl(c)[1], "perf/throughput") for c in CONFIGS}
+    trial = {c: statistics.median(t["throughput"] for t in _trials_beside(c)[1]) for c in CONFIGS}
+    return verl, trial
+
+
+def verl_h200() -> list[Line]:
+    """Per config and figure: the trials beside verl's run (median, n), verl's median over its
+    measured steps, the error; then every trial on either host."""
+    header = ["config", "figure", "trials on verl's host (median, n)", "error", "verl (median of steps)"]
+    rows = []
+    for config in CONFIGS:
+        host, verl = _verl(config)
+        _, trials = _trials_beside(config)
+        measured = [s["perf/throughput"] for s in _measured(verl)]
+        predicted = statistics.median(t["throughput"] for t in trials)
+        rows.append(
+            (
+                [
+                    f"{config} ({host})",
+                    "step throughput, tok/s/GPU",
+                    f"{predicted:.0f} (n={len(trials)})",
+                    _err(predicted, statistics.median(measured)),
+                    f"{statistics.median(measured):.0f} "
+                    f"(n={len(measured)}, spread {spread_pct(measured) or 0:.1f}%)",
+                ],
+                (VERL_H200,),
+            )
+        )
+        for name, key in TIMERS.items():
+            mine = statistics.median(_trial_timer(t, key) for t in trials)
+            theirs = _verl_median(verl, key)
+            rows.append(
+                ([config, f"{name}, s", f"{mine:.2f}", _err(mine, theirs), f"{theirs:.2f}"], (VERL_H200,))
+            )
+    every = []
+    for config in CONFIGS:
+        for host in HOSTS:
+            values = [f"{row['throughput']:.0f}" for _, row in _rows("trial", config, host)]
+            if values:
+                every.append(f"{config} on {host} {', '.join(values)}")
+    return [
+        generated_from(VERL_H200),
+        Line(""),
+        *table(header, rows),
+        Line(""),
+        Line("Every trial, tok/s/GPU, in the order they ran: " + "; ".join(every) + ".", (VERL_H200,)),
+    ]
+
+
+def verl_h200_headline() -> list[Line]:
+    verl, trial = _throughputs()
+    verl_order = sorted(CONFIGS, key=lambda c: -verl[c])
+    trial_order = sorted(CONFIGS, key=lambda c: -trial[c])
+    errors = {c: trial[c] / verl[c] - 1 for c in CONFIGS}
+    within = [c for c in CONFIGS if abs(errors[c]) <= 0.10]
+    hosts = {c: _verl(c)[0] for c in CONFIGS}
+    ended = [_verl(c)[1] for c in CONFIGS]
+    worst = max(CONFIGS, key=lambda c: abs(errors[c]))
+    _, worst_verl = _verl(worst)
+    worst_trials = _trials_beside(worst)[1]
+    phase_errors = {
+        name: statistics.median(_trial_timer(t, key) for t in worst_trials) / _verl_median(worst_verl, key)
+        - 1
+        for name, key in TIMERS.items()
+        if name not in ("step", "weight sync")
+    }
+    off = max(phase_errors, key=lambda name: abs(phase_errors[name]))
+    moved = []
+    for c in CONFIGS:
+        by_host = {h: [row["throughput"] for _, row in _rows("trial", c, h)] for h in HOSTS}
+        if all(by_host.values()):
+            a, b = (statistics.median(by_host[h]) for h in HOSTS)
+            moved.append(f"{c} {100 * (b / a - 1):+.0f}%")
+    return [
+        Line(
+            f"In verl: the winner {verl['winner']:.0f}, verl's example {verl['example']:.0f} and verl's "
+            f"defaults {verl['defaults']:.0f} tokens/s/GPU (medians of the steps after the warm-up; "
+            + ", ".join(f"{c} on {hosts[c]}" for c in CONFIGS)
+            + f"). The winner is {verl['winner'] / verl['defaults']:.2f}x verl's defaults and "
+            f"{verl['winner'] / verl['example']:.2f}x verl's example in verl.",
+            (VERL_H200,),
+        ),
+        Line(""),
+        Line(
+            f"The trials rank the configs {', '.join(trial_order)}; verl ranks them {', '.join(verl_order)} "
+            f"({'the same order' if trial_order == verl_order else 'not the same order'}). The trials beside "
+            "each verl run predicted "
+            + ", ".join(f"{c} {100 * errors[c]:+.1f}%" for c in CONFIGS)
+            + f". The worst is {worst}, and its phase most off is {off} ({100 * phase_errors[off]:+.0f}%).",
+            (VERL_H200,),
+        ),
+        Line(""),
+        Line(
+            f"Targets: the winner at least 1.2x verl's defaults in verl: "
+            f"{'met' if verl['winner'] >= 1.2 * verl['defaults'] else 'missed'}; the same ranking: "
+            f"{'met' if trial_order == verl_order else 'missed'}; every config's error within 10%: "
+            f"{len(within)} of {len(CONFIGS)} ({', '.join(within) or 'none'}).",
+            (VERL_H200,),
+        ),
+        Line(""),
+        Line(
+            "The same configs' trials on the two hosts (host_b's median against host_a's): "
+            + ", ".join(moved)
+            + ". Ratios across hosts carry that much more uncertainty than those on one host.",
+            (VERL_H200,),
+        ),
+        Line(""),
+        Line(
+            f"verl's runs took {span([r['wall_s'] / 60 for r in ended], '.1f')} minutes each, "
+            f"{span([r['startup_s'] / 60 for r in ended], '.1f')} of them before the first step.",
+            (VERL_H200,),
+        ),
+    ]
+
+
+def verl_h200_micro_batches() -> list[Line]:
+    """verl's update micro-batches, from its workers' trace, against the trials' update per
+    micro-batch: where the worst config's update goes."""
+    rows = []
+    for config in CONFIGS:
+        _, verl = _verl(config)
+        _, trials = _trials_beside(config)
+        seconds, tokens, n = _update_micro_batches(verl)
+        mine = [
+            t["phase_timings_s"]["update_actor"] / t["metrics"]["update_actor_micro_batches"] for t in trials
+        ]
+        rows.append(
+            (
+                [
+                    config,
+                    f"{tokens:.0f}",
+                    f"{seconds:.3f} (n={n})",
+                    f"{statistics.median(mine):.3f} ({span(mine, '.3f')})",
+                ],
+                (VERL_H200,),
+            )
+        )
+    header = [
+        "config",
+        "verl: tokens per micro-batch (median)",
+        "verl: s per micro-batch, forward and backward (median)",
+        "trials: update s per micro-batch, all included (median, range)",
+    ]
+    return [generated_from(VERL_H200), Line(""), *table(header, rows)]
+
+
+def _update_micro_batches(verl: dict[str, Any]) -> tuple[float, float, int]:
+    """verl's update micro-batches of its measured steps: median seconds, median tokens, how
+    many. Each mini-batch is one ``forward_backward_batch`` pass of the actor followed by an
+    ``optimizer_step``; the passes of the warm-up step come first."""
+    trace = verl["trace"]
+    updates = [
+        e
+        for e in trace
+        if e["call"] == "forward_backward_batch" and e["role"] == "actor" and not e["forward_only"]
+    ]
+    per_step = len(updates) // len(verl["steps"])
+    measured = updates[per_step * verl.get("warmup_steps", 1) :]
+    seconds = [s for e in measured for s in e["micro_batch_s"]]
+    tokens = [n for e in measured for n in e["micro_batch_tokens"]]
+    return statistics.median(seconds), statistics.median(tokens), len(seconds)
+
+
+def verl_h200_top() -> list[Line]:
+    verl, trial = _throughputs()
+    same = sorted(CONFIGS, key=lambda c: -verl[c]) == sorted(CONFIGS, key=lambda c: -trial[c])
+    errors = {c: 100 * (trial[c] / verl[c] - 1) for c in CONFIGS}
+    return [
+        Line(
+            f"On 2026-11-26 the three configs ran in verl on one H200 each (two hosts; data in "
+            f"`benchmarks/{VERL_H200}`): the winner is {verl['winner'] / verl['defaults']:.2f}x verl's "
+            f"defaults in verl, the trials rank the three {'as verl does' if same else 'unlike verl'}, and "
+            "the trials beside each verl run are off by "
+            + ", ".join(f"{errors[c]:+.0f}% ({c})" for c in CONFIGS)
+            + ".",
+            (VERL_H200,),
+        )
+    ]
