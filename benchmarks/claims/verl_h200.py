@@ -178,41 +178,55 @@ def verl_h200_headline() -> list[Line]:
     ]
 
 
+# Earlier runs of verl's example on other hosts of one H200, with its workers' trace and
+# trials of it on the same host (their ``run`` part).
+EARLIER_EXAMPLE = (
+    "results/verl-qwen2.5-1.5b-h200-fsdp1-example.json",
+    "results/verl-qwen2.5-1.5b-h200-cut-gc.json",
+)
+
+
+def _earlier(rel: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    rows = load(rel)["run"]["runs"]
+    (verl,) = [r for r in rows if r["kind"] == "verl" and r["status"] == "ok"]
+    return verl, [r for r in rows if r["kind"] == "trial" and r["status"] == "ok"]
+
+
 def verl_h200_micro_batches() -> list[Line]:
     """verl's update micro-batches, from its workers' trace, against the trials' update per
-    micro-batch: where the worst config's update goes."""
+    micro-batch on the same host; verl's example also from its earlier runs on other hosts."""
+    runs = [(f"{c}, {_verl(c)[0]}", _verl(c)[1], _trials_beside(c)[1], VERL_H200) for c in CONFIGS]
+    runs += [(f"example, `{rel}`", *_earlier(rel), rel) for rel in EARLIER_EXAMPLE]
     rows = []
-    for config in CONFIGS:
-        _, verl = _verl(config)
-        _, trials = _trials_beside(config)
-        seconds, tokens, n = _update_micro_batches(verl)
+    for label, verl, trials, rel in runs:
+        seconds, tokens = _update_micro_batches(verl)
         mine = [
             t["phase_timings_s"]["update_actor"] / t["metrics"]["update_actor_micro_batches"] for t in trials
         ]
         rows.append(
             (
                 [
-                    config,
-                    f"{tokens:.0f}",
-                    f"{seconds:.3f} (n={n})",
-                    f"{statistics.median(mine):.3f} ({span(mine, '.3f')})",
+                    label,
+                    f"{statistics.median(tokens):.0f}",
+                    f"{statistics.mean(seconds):.3f} / {statistics.median(seconds):.3f} (n={len(seconds)})",
+                    f"{span(mine, '.3f')} (n={len(mine)})",
                 ],
-                (VERL_H200,),
+                (rel,),
             )
         )
     header = [
-        "config",
+        "config, run",
         "verl: tokens per micro-batch (median)",
-        "verl: s per micro-batch, forward and backward (median)",
-        "trials: update s per micro-batch, all included (median, range)",
+        "verl: s per micro-batch, forward and backward (mean / median)",
+        "trials: update s per micro-batch, all included (mean of each trial)",
     ]
-    return [generated_from(VERL_H200), Line(""), *table(header, rows)]
+    return [generated_from(VERL_H200, *EARLIER_EXAMPLE), Line(""), *table(header, rows)]
 
 
-def _update_micro_batches(verl: dict[str, Any]) -> tuple[float, float, int]:
-    """verl's update micro-batches of its measured steps: median seconds, median tokens, how
-    many. Each mini-batch is one ``forward_backward_batch`` pass of the actor followed by an
-    ``optimizer_step``; the passes of the warm-up step come first."""
+def _update_micro_batches(verl: dict[str, Any]) -> tuple[list[float], list[int]]:
+    """Seconds and tokens of verl's update micro-batches of its measured steps. Each
+    mini-batch is one ``forward_backward_batch`` pass of the actor; the passes of the warm-up
+    step come first."""
     trace = verl["trace"]
     updates = [
         e
@@ -221,9 +235,9 @@ def _update_micro_batches(verl: dict[str, Any]) -> tuple[float, float, int]:
     ]
     per_step = len(updates) // len(verl["steps"])
     measured = updates[per_step * verl.get("warmup_steps", 1) :]
-    seconds = [s for e in measured for s in e["micro_batch_s"]]
-    tokens = [n for e in measured for n in e["micro_batch_tokens"]]
-    return statistics.median(seconds), statistics.median(tokens), len(seconds)
+    return [s for e in measured for s in e["micro_batch_s"]], [
+        n for e in measured for n in e["micro_batch_tokens"]
+    ]
 
 
 def verl_h200_top() -> list[Line]:
