@@ -291,8 +291,9 @@ def policy_loss(
     positions, old log-probs = detached current: the vanilla PPO loss with dual clip
     (``core_algos.compute_policy_loss_vanilla``), its approximate KL and clip fractions
     computed as verl computes them for its metrics every micro-batch (into ``metrics``
-    when given); with ``ref_log_probs`` (``use_kl_loss``) plus ``KL_LOSS_COEF`` times the
-    low-variance KL to the reference (``kl_penalty`` ``low_var_kl``)."""
+    when given, with the PPO term as ``pg_loss``); with ``ref_log_probs``
+    (``use_kl_loss``) plus ``KL_LOSS_COEF`` times the low-variance KL to the reference
+    (``kl_penalty`` ``low_var_kl``)."""
     mask = mb.response_mask
     tokens = mask.sum().clamp(min=1.0)
 
@@ -309,6 +310,7 @@ def policy_loss(
     loss = token_mean(losses)
     with torch.no_grad():
         computed = {
+            "pg_loss": loss.detach(),
             "ppo_kl": token_mean(-negative_approx_kl),
             "pg_clipfrac": token_mean(torch.gt(losses2, losses1).float()),
             "pg_clipfrac_lower": token_mean(torch.gt(clipped, losses3).float() * (advantages < 0).float()),
@@ -321,6 +323,15 @@ def policy_loss(
     if metrics is not None:
         metrics.update(computed)
     return loss
+
+
+def read_to_host(values: dict[str, torch.Tensor]) -> dict[str, float]:
+    """Each scalar read to the host (``.item()``: the host waits for the device's queue), as
+    verl v0.9's FSDP engine reads every micro-batch's loss and loss metrics before it goes on
+    (``workers/engine/fsdp/transformer_impl.py`` ``forward_step``: ``loss.detach().item()``,
+    a placeholder loss in the forward-only passes; ``trainer/ppo/core_algos.py`` and
+    ``utils/metric/utils.py``: the policy loss's metrics, before the backward)."""
+    return {name: value.detach().item() for name, value in values.items()}
 
 
 def optimizer_step(

@@ -17,6 +17,10 @@ largest micro-batch once, untimed (a warm-up, and a configuration that does not 
 there), then every micro-batch of its plan, timed as one pass: a sub-phase's time is what
 the rank's whole share took, the update's optimizer steps included (``optimizer_step_s``
 is their mean). ``<sub-phase>_tokens_per_s`` is the batch's real tokens over that time.
+Each micro-batch ends with the host reading its results, as verl's engine does (a
+placeholder loss in the forward passes; the loss and its metrics before the backward in the
+update, ``actor.read_to_host``): the update's means over its micro-batches are
+``update_actor_<figure>`` (``loss``, ``pg_loss``, ``ppo_kl``, ``pg_clipfrac``, ...).
 The offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
 timed apart, into ``actor_reload``; the reference model's moves (its own
 ``param_offload``) count in ``ref_log_prob``, as they happen inside verl's ref forward.
@@ -335,10 +339,13 @@ def run_train(
         reload_s += state.load_params() + state.load_optimizer()
         _reset_allocated_peak(setup)
         with _collector("update_actor", metrics):
-            seconds, step_s = _update_phase(setup, state.model, state.optimizer, plans["update_actor"])
+            seconds, step_s, losses = _update_phase(
+                setup, state.model, state.optimizer, plans["update_actor"]
+            )
         _record_allocated_peak("update_actor", setup, metrics)
         reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
+        metrics.update({f"update_actor_{name}": value for name, value in losses.items()})
         _record("update_actor", seconds + cut.get("update_actor", 0.0), metrics, timings)
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
@@ -468,6 +475,8 @@ def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
 def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch, entropy: bool | None) -> None:
     with torch.no_grad():
         actor.response_log_probs(model, setup.tensors(mb), setup.autocast, entropy)
+        # verl's forward-only micro-batch ends reading its placeholder loss to the host.
+        actor.read_to_host({"loss": torch.ones((), device=setup.device)})
 
 
 def _forward_phase(
@@ -485,8 +494,12 @@ def _forward_phase(
     return _timed(setup, every)
 
 
-def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroBatch], None]:
-    """One micro-batch's policy-loss forward and backward, gradients accumulated."""
+def _forward_backward(
+    setup: _Setup, model: torch.nn.Module, read: list[dict[str, float]] | None = None
+) -> Callable[[MicroBatch], None]:
+    """One micro-batch's policy-loss forward and backward, gradients accumulated; the loss
+    and its metrics read to the host before the backward, as verl reads them (into ``read``,
+    one dict per micro-batch, when given)."""
     mini_batch_size = setup.spec.local_mini_batch_size
     generator = torch.Generator().manual_seed(setup.spec.seed + 2)
 
@@ -505,10 +518,16 @@ def _forward_backward(setup: _Setup, model: torch.nn.Module) -> Callable[[MicroB
         # The reference's log-probs of the step (use_kl_loss): near the actor's, as at the
         # start of training.
         ref_log_probs = log_probs.detach() + 0.01 * advantages if t.use_ref else None
-        loss = actor.policy_loss(log_probs, tensors, advantages, ref_log_probs)
+        computed: dict[str, torch.Tensor] = {}
+        loss = actor.policy_loss(log_probs, tensors, advantages, ref_log_probs, computed)
         if entropy is not None:
             mask = tensors.response_mask
-            loss = loss - t.entropy_coeff * (entropy * mask).sum() / mask.sum().clamp(min=1.0)
+            entropy_loss = (entropy * mask).sum() / mask.sum().clamp(min=1.0)
+            computed["entropy_loss"] = entropy_loss
+            loss = loss - t.entropy_coeff * entropy_loss
+        values = actor.read_to_host({**computed, "loss": loss})
+        if read is not None:
+            read.append(values)
         (loss * (len(mb.indices) / mini_batch_size)).backward()
 
     return forward_backward
@@ -519,11 +538,14 @@ def _update_phase(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     plan: list[MicroBatch],
-) -> tuple[float, float]:
-    """(seconds of the whole plan with its optimizer steps, an optimizer step's mean seconds)."""
-    forward_backward = _forward_backward(setup, model)
+) -> tuple[float, float, dict[str, float]]:
+    """(seconds of the whole plan with its optimizer steps, an optimizer step's mean seconds,
+    the mean over the plan's micro-batches of each loss figure read to the host)."""
+    read: list[dict[str, float]] = []
+    forward_backward = _forward_backward(setup, model, read)
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
     actor.optimizer_step(model, optimizer)
+    read.clear()
     step_seconds: list[float] = []
 
     def every() -> None:
@@ -533,4 +555,5 @@ def _update_phase(
                 step_seconds.append(_timed(setup, functools.partial(actor.optimizer_step, model, optimizer)))
 
     seconds = _timed(setup, every)
-    return seconds, sum(step_seconds) / max(len(step_seconds), 1)
+    means = {name: sum(r[name] for r in read) / len(read) for name in read[0]} if read else {}
+    return seconds, sum(step_seconds) / max(len(step_seconds), 1), means

@@ -117,8 +117,10 @@ def test_the_loss_is_verls_dual_clip_ppo_loss_with_the_kl_to_the_reference() -> 
     metrics: dict[str, torch.Tensor] = {}
     plain = actor.policy_loss(log_probs, mb, advantages, metrics=metrics)
     torch.testing.assert_close(plain, -(advantages * mask).sum() / tokens)
-    assert set(metrics) == {"ppo_kl", "pg_clipfrac", "pg_clipfrac_lower"}
-    assert all(float(v) == 0.0 for v in metrics.values())  # no drift and nothing clipped at ratio 1
+    assert set(metrics) == {"pg_loss", "ppo_kl", "pg_clipfrac", "pg_clipfrac_lower"}
+    torch.testing.assert_close(metrics["pg_loss"], plain.detach())
+    # no drift and nothing clipped at ratio 1
+    assert all(float(metrics[k]) == 0.0 for k in ("ppo_kl", "pg_clipfrac", "pg_clipfrac_lower"))
     (grad,) = torch.autograd.grad(plain, log_probs, retain_graph=True)
     torch.testing.assert_close(grad, -advantages * mask / tokens)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from trial_helpers import make_spec
 
+from trials import actor
 from trials.errors import ConfigRejected
 from trials.phases import phase_of
 from trials.train import run_train
@@ -29,6 +30,15 @@ def test_train_measures_every_sub_phase(tiny_config):
     assert metrics["old_log_prob_micro_batches"] == -(-sequences // t.log_prob_micro_batch_size_per_gpu)
     assert metrics["ref_log_prob_micro_batches"] == -(-sequences // t.ref_log_prob_micro_batch_size_per_gpu)
     assert timings["actor_reload"] == metrics["actor_reload_s"] == 0.0  # no offload on CPU
+    # Each update micro-batch's loss and verl's loss metrics, read to the host before its
+    # backward as verl reads them: at the old policy nothing drifts or clips, the KL to the
+    # reference (use_kl_loss) is positive and the loss is the PPO term plus its share.
+    assert metrics["update_actor_ppo_kl"] == 0.0
+    assert metrics["update_actor_pg_clipfrac"] == metrics["update_actor_pg_clipfrac_lower"] == 0.0
+    assert metrics["update_actor_kl_loss"] > 0
+    assert metrics["update_actor_loss"] == pytest.approx(
+        metrics["update_actor_pg_loss"] + actor.KL_LOSS_COEF * metrics["update_actor_kl_loss"], rel=1e-4
+    )
 
 
 def test_dynamic_batch_size_and_no_reference_model(tiny_config):
@@ -39,6 +49,10 @@ def test_dynamic_batch_size_and_no_reference_model(tiny_config):
     metrics, timings = {}, {}
     run_train(spec, "float32", metrics, timings)
     assert set(timings) == {"old_log_prob", "update_actor", "actor_reload"}
+    assert (
+        "update_actor_kl_loss" not in metrics
+        and metrics["update_actor_loss"] == metrics["update_actor_pg_loss"]
+    )
 
 
 def test_token_budget_below_the_longest_sequence_is_rejected_in_its_phase(tiny_config):
