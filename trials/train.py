@@ -21,6 +21,11 @@ Each micro-batch ends with the host reading its results, as verl's engine does (
 placeholder loss in the forward passes; the loss and its metrics before the backward in the
 update, ``actor.read_to_host``): the update's means over its micro-batches are
 ``update_actor_<figure>`` (``loss``, ``pg_loss``, ``ppo_kl``, ``pg_clipfrac``, ...).
+Each timed micro-batch is also timed alone, as verl's traced worker times its own
+(``trials.verl.trace``): on a GPU from a mark on the device's stream at its start to the
+next (the time the device waited for the host included, no sync added), on the CPU by the
+host's clock; ``<sub-phase>_micro_batch_s_mean`` / ``_median`` / ``_max`` and
+``<sub-phase>_micro_batch_tokens_median`` summarise them (``_MicroBatchClock``).
 The offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
 timed apart, into ``actor_reload``; the reference model's moves (its own
 ``param_offload``) count in ``ref_log_prob``, as they happen inside verl's ref forward.
@@ -35,6 +40,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,9 +74,65 @@ class _Setup:
         layout = actor.layout_of(self.spec.train.use_remove_padding)
         return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device, layout)
 
+    def tokens(self, mb: MicroBatch) -> int:
+        """The micro-batch's real tokens."""
+        return sum(self.lengths[i] for i in mb.indices)
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
+
+
+class _MicroBatchClock:
+    """Each micro-batch's seconds in a pass, marked as verl's traced worker marks its own
+    (``trials.verl.trace``): on a GPU a CUDA event on the stream at each micro-batch's start
+    and where the pass stops for something else (an optimizer step, its end), read after the
+    pass's closing sync, so that a micro-batch's seconds hold the time the device waited for
+    the host and no sync is added; on the CPU, whose work is done when its call returns, the
+    host's clock at the same points."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.open: tuple[Any, int] | None = None  # (mark, tokens) of the micro-batch running
+        self.closed: list[tuple[Any, Any, int]] = []  # (start mark, end mark, tokens)
+
+    def _mark(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def start(self, tokens: int) -> None:
+        """A micro-batch of ``tokens`` starts (and ends the one before, if open)."""
+        mark = self._mark()
+        if self.open is not None:
+            self.closed.append((self.open[0], mark, self.open[1]))
+        self.open = (mark, tokens)
+
+    def stop(self) -> None:
+        """The open micro-batch ends here."""
+        if self.open is not None:
+            self.closed.append((self.open[0], self._mark(), self.open[1]))
+            self.open = None
+
+    def seconds(self) -> list[float]:
+        """Each closed micro-batch's seconds (on a GPU: after the stream has passed its marks)."""
+        if self.cuda:
+            return [start.elapsed_time(end) / 1000 for start, end, _ in self.closed]
+        return [end - start for start, end, _ in self.closed]
+
+    def summary(self, phase: str) -> dict[str, float]:
+        seconds = self.seconds()
+        if not seconds:
+            return {}
+        tokens = [float(t) for _, _, t in self.closed]
+        return {
+            f"{phase}_micro_batch_s_mean": float(np.mean(seconds)),
+            f"{phase}_micro_batch_s_median": float(np.median(seconds)),
+            f"{phase}_micro_batch_s_max": float(max(seconds)),
+            f"{phase}_micro_batch_tokens_median": float(np.median(tokens)),
+        }
 
 
 def check_train_spec(spec: TrialSpec) -> None:
@@ -322,27 +384,33 @@ def run_train(
         state.model.eval()
         reload_s += state.load_params()
         _reset_allocated_peak(setup)
+        clock = _MicroBatchClock(setup.device)
         with _collector("old_log_prob", metrics):
-            seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec))
+            seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec), clock)
         _record_allocated_peak("old_log_prob", setup, metrics)
+        metrics.update(clock.summary("old_log_prob"))
         reload_s += state.offload_params()
         _record("old_log_prob", seconds + cut.get("old_log_prob", 0.0), metrics, timings)
     if state.ref is not None:
         with in_phase("ref_log_prob"):
             _reset_allocated_peak(setup)
+            clock = _MicroBatchClock(setup.device)
             with _collector("ref_log_prob", metrics):
-                seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"])
+                seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"], None, clock)
             _record_allocated_peak("ref_log_prob", setup, metrics)
+            metrics.update(clock.summary("ref_log_prob"))
             _record("ref_log_prob", seconds + cut.get("ref_log_prob", 0.0), metrics, timings)
     with in_phase("update_actor"):
         state.model.train()
         reload_s += state.load_params() + state.load_optimizer()
         _reset_allocated_peak(setup)
+        clock = _MicroBatchClock(setup.device)
         with _collector("update_actor", metrics):
             seconds, step_s, losses = _update_phase(
-                setup, state.model, state.optimizer, plans["update_actor"]
+                setup, state.model, state.optimizer, plans["update_actor"], clock
             )
         _record_allocated_peak("update_actor", setup, metrics)
+        metrics.update(clock.summary("update_actor"))
         reload_s += state.offload_optimizer() + state.offload_params()
         metrics["optimizer_step_s"] = step_s
         metrics.update({f"update_actor_{name}": value for name, value in losses.items()})
@@ -480,16 +548,24 @@ def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch, entropy: boo
 
 
 def _forward_phase(
-    setup: _Setup, model: torch.nn.Module, plan: list[MicroBatch], entropy: bool | None = None
+    setup: _Setup,
+    model: torch.nn.Module,
+    plan: list[MicroBatch],
+    entropy: bool | None = None,
+    clock: _MicroBatchClock | None = None,
 ) -> float:
     """Seconds of one forward pass over the whole plan (after the largest once, untimed).
-    ``entropy``: the old-log-prob forward's entropy (see ``actor.response_log_probs``)."""
+    ``entropy``: the old-log-prob forward's entropy (see ``actor.response_log_probs``);
+    ``clock``: times each micro-batch of the pass."""
     forward = functools.partial(_forward, setup, model, entropy=entropy)
     forward(_largest(setup, plan))
+    clock = clock or _MicroBatchClock(setup.device)
 
     def every() -> None:
         for mb in plan:
+            clock.start(setup.tokens(mb))
             forward(mb)
+        clock.stop()
 
     return _timed(setup, every)
 
@@ -538,20 +614,25 @@ def _update_phase(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     plan: list[MicroBatch],
+    clock: _MicroBatchClock | None = None,
 ) -> tuple[float, float, dict[str, float]]:
     """(seconds of the whole plan with its optimizer steps, an optimizer step's mean seconds,
-    the mean over the plan's micro-batches of each loss figure read to the host)."""
+    the mean over the plan's micro-batches of each loss figure read to the host).
+    ``clock``: times each micro-batch, the optimizer steps left out."""
     read: list[dict[str, float]] = []
     forward_backward = _forward_backward(setup, model, read)
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
     actor.optimizer_step(model, optimizer)
     read.clear()
     step_seconds: list[float] = []
+    clock = clock or _MicroBatchClock(setup.device)
 
     def every() -> None:
         for mb in plan:
+            clock.start(setup.tokens(mb))
             forward_backward(mb)
             if mb.ends_mini_batch:
+                clock.stop()
                 step_seconds.append(_timed(setup, functools.partial(actor.optimizer_step, model, optimizer)))
 
     seconds = _timed(setup, every)

@@ -24,6 +24,12 @@ def test_train_measures_every_sub_phase(tiny_config):
         assert metrics[f"{name}_tokens_per_s"] == pytest.approx(tokens / timings[name])
         # Python's collector inside the phase, as verl's traced worker records it per pass.
         assert 0 <= metrics[f"{name}_gc_s"] < timings[name] and metrics[f"{name}_full_gcs"] >= 0
+        # Each micro-batch timed alone, as verl's trace times its own: together within the
+        # sub-phase (the update's optimizer steps fall outside them).
+        count = metrics[f"{name}_micro_batches"]
+        mean, median, longest = (metrics[f"{name}_micro_batch_s_{s}"] for s in ("mean", "median", "max"))
+        assert 0 < median <= longest and mean <= longest and mean * count < timings[name]
+        assert 0 < metrics[f"{name}_micro_batch_tokens_median"] <= tokens
     assert metrics["train_heap_objects"] > 10_000
     assert metrics["optimizer_step_s"] > 0
     sequences, t = len(spec.train_prompt_lengths), spec.train
