@@ -10,8 +10,10 @@ from typing import Any
 
 from autotuner.noise import spread_pct
 from benchmarks.claims.data import Line, generated_from, load, span, table
+from benchmarks.claims.verl_clock import CLOCK
 from benchmarks.claims.verl_three import TIMERS as THREE_TIMERS
 from trials.step import as_verl_timers
+from trials.verl.trace import micro_batches
 
 VERL_H200 = "results/verl-qwen2.5-1.5b-h200-three.json"
 HOSTS = ("host_a", "host_b")
@@ -184,6 +186,7 @@ EARLIER_EXAMPLE = (
     "results/verl-qwen2.5-1.5b-h200-fsdp1-example.json",
     "results/verl-qwen2.5-1.5b-h200-cut-gc.json",
 )
+CLOCKED = "update_actor_micro_batch_s_mean"
 
 
 def _earlier(rel: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -194,15 +197,19 @@ def _earlier(rel: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 def verl_h200_micro_batches() -> list[Line]:
     """verl's update micro-batches, from its workers' trace, against the trials' update per
-    micro-batch on the same host; verl's example also from its earlier runs on other hosts."""
+    micro-batch on the same host; verl's example also from its other runs on other hosts,
+    the latest with trials that time each micro-batch as verl's trace does."""
     runs = [(f"{c}, {_verl(c)[0]}", _verl(c)[1], _trials_beside(c)[1], VERL_H200) for c in CONFIGS]
-    runs += [(f"example, `{rel}`", *_earlier(rel), rel) for rel in EARLIER_EXAMPLE]
+    runs += [(f"example, `{rel}`", *_earlier(rel), rel) for rel in (*EARLIER_EXAMPLE, CLOCK)]
     rows = []
     for label, verl, trials, rel in runs:
-        seconds, tokens = _update_micro_batches(verl)
+        seconds, tokens = micro_batches(verl["trace"], len(verl["steps"]), verl.get("warmup_steps", 1))[
+            "update_actor"
+        ]
         mine = [
             t["phase_timings_s"]["update_actor"] / t["metrics"]["update_actor_micro_batches"] for t in trials
         ]
+        clocked = [t["metrics"][CLOCKED] for t in trials if CLOCKED in t["metrics"]]
         rows.append(
             (
                 [
@@ -210,6 +217,7 @@ def verl_h200_micro_batches() -> list[Line]:
                     f"{statistics.median(tokens):.0f}",
                     f"{statistics.mean(seconds):.3f} / {statistics.median(seconds):.3f} (n={len(seconds)})",
                     f"{span(mine, '.3f')} (n={len(mine)})",
+                    f"{span(clocked, '.3f')} (n={len(clocked)})" if clocked else "-",
                 ],
                 (rel,),
             )
@@ -219,25 +227,9 @@ def verl_h200_micro_batches() -> list[Line]:
         "verl: tokens per micro-batch (median)",
         "verl: s per micro-batch, forward and backward (mean / median)",
         "trials: update s per micro-batch, all included (mean of each trial)",
+        "trials: s per micro-batch timed as verl's (mean of each trial)",
     ]
-    return [generated_from(VERL_H200, *EARLIER_EXAMPLE), Line(""), *table(header, rows)]
-
-
-def _update_micro_batches(verl: dict[str, Any]) -> tuple[list[float], list[int]]:
-    """Seconds and tokens of verl's update micro-batches of its measured steps. Each
-    mini-batch is one ``forward_backward_batch`` pass of the actor; the passes of the warm-up
-    step come first."""
-    trace = verl["trace"]
-    updates = [
-        e
-        for e in trace
-        if e["call"] == "forward_backward_batch" and e["role"] == "actor" and not e["forward_only"]
-    ]
-    per_step = len(updates) // len(verl["steps"])
-    measured = updates[per_step * verl.get("warmup_steps", 1) :]
-    return [s for e in measured for s in e["micro_batch_s"]], [
-        n for e in measured for n in e["micro_batch_tokens"]
-    ]
+    return [generated_from(VERL_H200, *EARLIER_EXAMPLE, CLOCK), Line(""), *table(header, rows)]
 
 
 def verl_h200_top() -> list[Line]:

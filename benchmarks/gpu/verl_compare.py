@@ -68,7 +68,7 @@ from trials.memory import gpu_readings
 from trials.step import VERL_TIMERS, as_verl_timers
 from trials.verl.launch import launch_verl
 from trials.verl.metrics import read_arrivals, read_steps, summarize
-from trials.verl.trace import read_trace
+from trials.verl.trace import PASS_PHASES, micro_batches, read_trace
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 TP_KEY = R + "tensor_model_parallel_size"
@@ -203,7 +203,10 @@ def median(values: list[float]) -> float | None:
 def table(doc: dict[str, Any]) -> str:
     """Per config: the trial's prediction, verl's median over all measured steps of all its
     runs, and the prediction's error (trial / verl - 1). Trials of several actor strategies
-    (``--actor-strategy`` given more than once) get one prediction and error column each."""
+    (``--actor-strategy`` given more than once) get one prediction and error column each.
+    Where the trials timed their micro-batches or verl's runs were traced, a row per
+    sub-phase sets a micro-batch's mean seconds beside verl's (``<sub-phase> s/mb``: the
+    median of the trials' means; the mean of verl's micro-batches in its measured steps)."""
     strategies = sorted({r.get("strategy") or "" for r in doc["runs"] if r["kind"] == "trial"}) or [""]
     many = len(strategies) > 1
     if many:
@@ -219,18 +222,33 @@ def table(doc: dict[str, Any]) -> str:
         pairs = [("throughput/GPU", THROUGHPUT, "perf/throughput")]
         pairs += [("+".join(parts), key, key) for key, parts in VERL_TIMERS.items()]
         pairs += [("step_s", "step_time_s", "timing_s/step")]
+        per_mb: dict[str, list[float]] = {}
+        for r in verls:
+            if r.get("trace") and r["steps"]:
+                found = micro_batches(r["trace"], len(r["steps"]), r.get("warmup_steps", 1))
+                for phase, (seconds, _) in found.items():
+                    per_mb.setdefault(phase, []).extend(seconds)
+        for phase in PASS_PHASES.values():
+            key = f"{phase}_micro_batch_s_mean"
+            if phase in per_mb or any(key in r.get("metrics", {}) for r in ok):
+                pairs.append((f"{phase} s/mb", key, key))
         for label, tkey, vkey in pairs:
-            v = median([s[vkey] for s in steps if vkey in s])
+            if tkey.endswith("_micro_batch_s_mean"):
+                phase = tkey.removesuffix("_micro_batch_s_mean")
+                v = statistics.mean(per_mb[phase]) if per_mb.get(phase) else None
+            else:
+                v = median([s[vkey] for s in steps if vkey in s])
             vs = f"{v:.4g}" if v is not None else "-"
             cells = []
             for strategy in strategies:
                 trials = [r for r in ok if (r.get("strategy") or "") == strategy]
                 timers = [as_verl_timers(r["phase_timings_s"]) for r in trials]
-                t = median(
-                    [r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials]
-                    if tkey in (THROUGHPUT, "step_time_s")
-                    else [p[tkey] for p in timers if tkey in p]
-                )
+                if tkey in (THROUGHPUT, "step_time_s"):
+                    t = median([r["throughput"] if tkey == THROUGHPUT else r["step_time_s"] for r in trials])
+                elif tkey.endswith("_micro_batch_s_mean"):
+                    t = median([r["metrics"][tkey] for r in trials if tkey in r.get("metrics", {})])
+                else:
+                    t = median([p[tkey] for p in timers if tkey in p])
                 cells.append((f"{t:.4g}" if t is not None else "-", f"{t / v - 1:+.1%}" if t and v else "-"))
             if many:
                 row = "".join(f" {ts:>12} {err:>8}" for ts, err in cells)

@@ -182,3 +182,33 @@ def test_a_baseline_runs_with_one_knob_moved_and_a_setting_verl_would_refuse_is_
         assert all(w in str(refused.value) for w in words), (sets, str(refused.value))
     with pytest.raises(ValueError, match="give defaults, example"):
         named_configs(spec, ["tp1=default"], Settings())
+
+
+def test_each_sub_phase_sets_the_trials_micro_batch_beside_verls_traced_ones() -> None:
+    doc = json.loads((ROOT / "benchmarks" / "results" / "verl-qwen2.5-1.5b-h200-clock.json").read_text())
+    run = doc["run"]
+    (verl,) = [r for r in run["runs"] if r["kind"] == "verl"]
+    trials = [r for r in run["runs"] if r["kind"] == "trial"]
+    rows = {line.split()[1]: line.split() for line in table(run).splitlines() if " s/mb " in line}
+    assert set(rows) == {"old_log_prob", "ref_log_prob", "update_actor"}
+    # verl's side: its update passes of the three steps after the warm-up (one pass per
+    # mini-batch), every micro-batch of them.
+    updates = [
+        r for r in verl["trace"] if r.get("call") == "forward_backward_batch" and not r["forward_only"]
+    ]
+    measured = [s for r in updates[len(updates) // 4 :] for s in r["micro_batch_s"]]
+    mine = statistics.median(t["metrics"]["update_actor_micro_batch_s_mean"] for t in trials)
+    cells = rows["update_actor"]
+    assert float(cells[3]) == pytest.approx(mine, rel=1e-3)
+    assert float(cells[4]) == pytest.approx(statistics.mean(measured), rel=1e-3)
+    assert cells[5] == f"{mine / statistics.mean(measured) - 1:+.1%}"
+    # Trials that did not time their micro-batches, beside a run that was not traced: no such rows.
+    bare = run | {
+        "runs": [
+            {**r, "metrics": {k: v for k, v in r["metrics"].items() if "_micro_batch_s_" not in k}}
+            if r["kind"] == "trial"
+            else {**r, "trace": []}
+            for r in run["runs"]
+        ]
+    }
+    assert " s/mb " not in table(bare)

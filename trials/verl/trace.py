@@ -94,6 +94,39 @@ def read_trace(folder: Path) -> list[dict[str, Any]]:
     return sorted(records, key=lambda r: r.get("end", 0.0))
 
 
+# The trial's sub-phase each pass of verl's engine belongs to, by (role, forward only).
+PASS_PHASES = {
+    ("actor", True): "old_log_prob",
+    ("ref", True): "ref_log_prob",
+    ("actor", False): "update_actor",
+}
+
+
+def micro_batches(
+    trace: list[dict[str, Any]], steps: int, warmup: int
+) -> dict[str, tuple[list[float], list[int]]]:
+    """Per sub-phase (``old_log_prob``, ``ref_log_prob``, ``update_actor``): the seconds and
+    tokens of verl's micro-batches in the ``steps - warmup`` measured steps of a run of
+    ``steps`` steps. Every step runs the same number of passes of a sub-phase (one per
+    log-prob call, one per update mini-batch), the warm-up's first."""
+    out: dict[str, tuple[list[float], list[int]]] = {}
+    for key, phase in PASS_PHASES.items():
+        passes = [
+            r
+            for r in trace
+            if r.get("call") == "forward_backward_batch"
+            and (r.get("role"), bool(r.get("forward_only"))) == key
+        ]
+        if not passes or steps <= warmup:
+            continue
+        measured = passes[len(passes) // steps * warmup :]
+        out[phase] = (
+            [s for r in measured for s in r.get("micro_batch_s", [])],
+            [n for r in measured for n in r.get("micro_batch_tokens", [])],
+        )
+    return out
+
+
 def _role_of_worker(worker: Any) -> str:
     return _role_of_engine(getattr(worker, "engine", None))
 
