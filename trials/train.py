@@ -25,7 +25,13 @@ Each timed micro-batch is also timed alone, as verl's traced worker times its ow
 (``trials.verl.trace``): on a GPU from a mark on the device's stream at its start to the
 next (the time the device waited for the host included, no sync added), on the CPU by the
 host's clock; ``<sub-phase>_micro_batch_s_mean`` / ``_median`` / ``_max`` and
-``<sub-phase>_micro_batch_tokens_median`` summarise them (``_MicroBatchClock``).
+``<sub-phase>_micro_batch_tokens_median`` summarise them, with the host thread's CPU
+seconds in a micro-batch (``_micro_batch_thread_s_mean``) and the host's busy cores over
+the pass (``<sub-phase>_host_busy_cores``, for a pass of a second or more;
+``_MicroBatchClock``). With
+``AUTOTUNER_PROFILE`` set, a few micro-batches of the update are profiled
+(``trials.profiling``) and ``update_actor_profiled`` marks the trial's figures as taken
+under the profiler.
 The offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
 timed apart, into ``actor_reload``; the reference model's moves (its own
 ``param_offload``) count in ``ref_log_prob``, as they happen inside verl's ref forward.
@@ -45,7 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trials import actor
+from trials import actor, profiling
 from trials.actor_state import ADAMW_LR, STRATEGIES, ActorState, build_actor_state, release
 from trials.batching import MicroBatch, log_prob_plan, update_plan
 from trials.device import dtype_bits
@@ -89,12 +95,15 @@ class _MicroBatchClock:
     and where the pass stops for something else (an optimizer step, its end), read after the
     pass's closing sync, so that a micro-batch's seconds hold the time the device waited for
     the host and no sync is added; on the CPU, whose work is done when its call returns, the
-    host's clock at the same points."""
+    host's clock at the same points. Beside them, the CPU seconds this thread spent in each
+    micro-batch (``time.thread_time``: below its wall seconds where the thread waited) and
+    how many of the host's cores were busy over the pass (``trials.profiling.busy_cores``)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.open: tuple[Any, int] | None = None  # (mark, tokens) of the micro-batch running
-        self.closed: list[tuple[Any, Any, int]] = []  # (start mark, end mark, tokens)
+        self.open: tuple[Any, int, float] | None = None  # (mark, tokens, thread time) running
+        self.closed: list[tuple[Any, Any, int, float]] = []  # (start, end, tokens, thread s)
+        self.host: list[tuple[float, tuple[float, float]]] = []  # (wall clock, host_cpu) at the ends
 
     def _mark(self) -> Any:
         if not self.cuda:
@@ -103,36 +112,47 @@ class _MicroBatchClock:
         event.record()
         return event
 
+    def _close(self, mark: Any) -> None:
+        if self.open is not None:
+            self.closed.append((self.open[0], mark, self.open[1], time.thread_time() - self.open[2]))
+            self.host[1:] = [(time.perf_counter(), profiling.host_cpu())]
+            self.open = None
+
     def start(self, tokens: int) -> None:
         """A micro-batch of ``tokens`` starts (and ends the one before, if open)."""
+        if not self.host:
+            self.host.append((time.perf_counter(), profiling.host_cpu()))
         mark = self._mark()
-        if self.open is not None:
-            self.closed.append((self.open[0], mark, self.open[1]))
-        self.open = (mark, tokens)
+        self._close(mark)
+        self.open = (mark, tokens, time.thread_time())
 
     def stop(self) -> None:
         """The open micro-batch ends here."""
         if self.open is not None:
-            self.closed.append((self.open[0], self._mark(), self.open[1]))
-            self.open = None
+            self._close(self._mark())
 
     def seconds(self) -> list[float]:
         """Each closed micro-batch's seconds (on a GPU: after the stream has passed its marks)."""
         if self.cuda:
-            return [start.elapsed_time(end) / 1000 for start, end, _ in self.closed]
-        return [end - start for start, end, _ in self.closed]
+            return [start.elapsed_time(end) / 1000 for start, end, _, _ in self.closed]
+        return [end - start for start, end, _, _ in self.closed]
 
     def summary(self, phase: str) -> dict[str, float]:
         seconds = self.seconds()
         if not seconds:
             return {}
-        tokens = [float(t) for _, _, t in self.closed]
-        return {
+        tokens = [float(t) for _, _, t, _ in self.closed]
+        out = {
             f"{phase}_micro_batch_s_mean": float(np.mean(seconds)),
             f"{phase}_micro_batch_s_median": float(np.median(seconds)),
             f"{phase}_micro_batch_s_max": float(max(seconds)),
+            f"{phase}_micro_batch_thread_s_mean": float(np.mean([s for *_, s in self.closed])),
             f"{phase}_micro_batch_tokens_median": float(np.median(tokens)),
         }
+        if len(self.host) == 2 and self.host[1][0] - self.host[0][0] >= profiling.BUSY_MIN_S:
+            (t0, first), (t1, last) = self.host
+            out[f"{phase}_host_busy_cores"] = profiling.busy_cores(first, last, t1 - t0)
+        return out
 
 
 def check_train_spec(spec: TrialSpec) -> None:
@@ -624,11 +644,16 @@ def _update_phase(
     forward_backward(_largest(setup, plan))  # with AdamW's state resident: the peak
     actor.optimizer_step(model, optimizer)
     read.clear()
+    means: dict[str, float] = {}
     step_seconds: list[float] = []
     clock = clock or _MicroBatchClock(setup.device)
+    out = profiling.folder()
+    profiler = profiling.MicroBatchProfiler(out, "trial-update_actor") if out else None
 
     def every() -> None:
-        for mb in plan:
+        for index, mb in enumerate(plan):
+            if profiler is not None:
+                profiler.before(index)
             clock.start(setup.tokens(mb))
             forward_backward(mb)
             if mb.ends_mini_batch:
@@ -636,5 +661,9 @@ def _update_phase(
                 step_seconds.append(_timed(setup, functools.partial(actor.optimizer_step, model, optimizer)))
 
     seconds = _timed(setup, every)
-    means = {name: sum(r[name] for r in read) / len(read) for name in read[0]} if read else {}
+    if profiler is not None:
+        profiler.finish()
+        if profiler.profiled:
+            means["profiled"] = 1.0
+    means.update({name: sum(r[name] for r in read) / len(read) for name in read[0]} if read else {})
     return seconds, sum(step_seconds) / max(len(step_seconds), 1), means

@@ -2,7 +2,8 @@
 # On the GPU host: wait up to SECONDS (default 540) or until every study, recorder and plan
 # that run-studies.sh / scale-out-x4.sh / verl-h200.sh / verl-lanes.sh started has exited,
 # then pack into $OUT/results.tgz each job's trials as JSON (dump_results) with a copy of its
-# SQLite database, the landscapes, the SGLang smoke summaries, the probes' reports, the logs
+# SQLite database, the landscapes, the SGLang smoke summaries, the probes' reports, the
+# profiles of `verl_compare --profile /tmp/at/profiles`, the logs
 # and plan outputs (those under 2 MiB), and each verl run's folder so far (metrics.jsonl,
 # trace/, arrivals.json and the end of verl.log: what `verl_compare recover` rebuilds a run
 # cut off with its host from); show the logs' tails. Safe to call while they run: it packs
@@ -31,6 +32,8 @@ for d in /tmp/at/*/; do
 done
 cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
 shopt -s nullglob
+# profiles of update micro-batches (verl_compare --profile /tmp/at/profiles)
+[ -d /tmp/at/profiles ] && cp -r /tmp/at/profiles "$pack/"
 for p in /tmp/at/probe*/; do mkdir -p "$pack/$(basename "$p")" && cp "$p"*.json "$pack/$(basename "$p")/" 2>/dev/null; done
 # verl runs still going (or cut off): what they logged so far, for verl_compare recover.
 for r in /tmp/verl-*/run; do

@@ -65,6 +65,7 @@ from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
 from trials.launcher import launch_trial
 from trials.memory import gpu_readings
+from trials.profiling import PROFILE_ENV
 from trials.step import VERL_TIMERS, as_verl_timers
 from trials.verl.launch import launch_verl
 from trials.verl.metrics import read_arrivals, read_steps, summarize
@@ -390,6 +391,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-verl-cut", action="store_true", help="trials leave out verl's cut into micro-batches"
     )
     parser.add_argument(
+        "--profile",
+        help="a folder for profiles of a few update micro-batches of each trial and verl run "
+        "(trials.profiling; with --trace); their phase times are then not measurements",
+    )
+    parser.add_argument(
         "--actor-strategy",
         action="append",
         choices=("fsdp", "fsdp2"),
@@ -402,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache-dir", default="/tmp/at/verl-cache")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if args.profile and not args.trace:
+        parser.error("--profile profiles verl's workers through its trace: give --trace too")
 
     settings = Settings()
     spec = scaled(load_job_spec(Path(args.job)), args.train_batch_size, args.ppo_mini_batch_size)
@@ -438,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"[{time.strftime('%T')}] trial {name} {tspec.train.strategy} round {rnd}", flush=True
                     )
                     held = gpus_held(doc["gpus"])
+                    if args.profile:
+                        os.environ[PROFILE_ENV] = f"{args.profile}/{name}-{rnd}-trial"
                     result = launch_trial(tspec, args.trial_timeout)
                     row = trial_row(result) | {
                         "gpus_held_before": held,
@@ -458,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             if name not in args.skip_verl and rnd < verl_rounds:
                 vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
                 vspec.trace = args.trace
+                vspec.profile = f"{args.profile}/{name}-{rnd}-verl" if args.profile else None
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
                 held = gpus_held(doc["gpus"])
                 vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)

@@ -6,6 +6,9 @@ seconds of their micro-batches, how many there were and their tokens, the second
 took to cut them, and the allocator's retries. A driver figure well above the worker's is
 time outside the worker (batch conversion, Ray); a worker figure well above its micro-batches'
 is time around the passes; micro-batches slower per token than the trial's are the model.
+Where the trace has them, the seconds the pass's thread ran on a CPU in its micro-batches
+(below their seconds where it waited: for the GPU, the GIL or a core) and the most cores the
+host kept busy over a pass of the call.
 
 usage: python -m benchmarks.gpu.verl_trace RESULTS.json [--run run_b]
 """
@@ -68,6 +71,12 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
                     "prepare_s": sum(p.get("prepare_s", 0.0) for p in passes),
                     "alloc_retries": entry["call"].get("alloc_retries", 0),
                     "slowest_micro_batch_s": max(seconds, default=0.0),
+                    # where the trace holds them: the pass thread's CPU seconds in
+                    # its micro-batches, and the host's busy cores over the passes
+                    "thread_s": sum(t for p in passes for t in p.get("micro_batch_thread_s", [])),
+                    "busy_cores": max(
+                        (p["host_busy_cores"] for p in passes if "host_busy_cores" in p), default=None
+                    ),
                 }
             )
     return out
@@ -76,14 +85,15 @@ def rows(run: dict[str, Any]) -> list[dict[str, Any]]:
 def table(all_rows: list[dict[str, Any]]) -> str:
     head = (
         "| config | step | phase | verl s | worker s | passes s | micro-batches s | n | tokens | "
-        "prepare s | alloc retries | slowest mb s |"
+        "prepare s | alloc retries | slowest mb s | thread s | busy cores |"
     )
-    lines = [head, "|" + "---|" * 12]
+    lines = [head, "|" + "---|" * 14]
     for r in all_rows:
         lines.append(
             f"| {r['config']} | {r['step']} | {r['phase']} | {r['verl_s'] or 0:.2f} | {r['worker_s']:.2f} | "
             f"{r['passes_s']:.2f} | {r['micro_batches_s']:.2f} | {r['micro_batches']} | {r['tokens']} | "
-            f"{r['prepare_s']:.3f} | {r['alloc_retries']} | {r['slowest_micro_batch_s']:.3f} |"
+            f"{r['prepare_s']:.3f} | {r['alloc_retries']} | {r['slowest_micro_batch_s']:.3f} | "
+            f"{r['thread_s']:.2f} | {'-' if r['busy_cores'] is None else format(r['busy_cores'], '.1f')} |"
         )
     return "\n".join(lines)
 

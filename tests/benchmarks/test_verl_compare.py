@@ -212,3 +212,20 @@ def test_each_sub_phase_sets_the_trials_micro_batch_beside_verls_traced_ones() -
         ]
     }
     assert " s/mb " not in table(bare)
+
+
+def test_profiles_come_through_verls_trace_so_profile_asks_for_trace(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(
+            [
+                "--job",
+                "benchmarks/jobs/qwen2.5-1.5b-grpo.yaml",
+                "--config",
+                "defaults",
+                "--profile",
+                "p",
+                "--out",
+                "o",
+            ]
+        )
+    assert "give --trace too" in capsys.readouterr().err

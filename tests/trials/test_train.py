@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from trial_helpers import make_spec
 
-from trials import actor
+from trials import actor, profiling
 from trials.errors import ConfigRejected
 from trials.phases import phase_of
 from trials.train import run_train
@@ -30,6 +32,8 @@ def test_train_measures_every_sub_phase(tiny_config):
         mean, median, longest = (metrics[f"{name}_micro_batch_s_{s}"] for s in ("mean", "median", "max"))
         assert 0 < median <= longest and mean <= longest and mean * count < timings[name]
         assert 0 < metrics[f"{name}_micro_batch_tokens_median"] <= tokens
+        # The thread's own CPU seconds in a micro-batch: the model's work on this CPU.
+        assert metrics[f"{name}_micro_batch_thread_s_mean"] > 0
     assert metrics["train_heap_objects"] > 10_000
     assert metrics["optimizer_step_s"] > 0
     sequences, t = len(spec.train_prompt_lengths), spec.train
@@ -68,3 +72,26 @@ def test_token_budget_below_the_longest_sequence_is_rejected_in_its_phase(tiny_c
     with pytest.raises(ConfigRejected) as info:
         run_train(spec, "float32", {}, {})
     assert phase_of(info.value) == "update_actor"
+
+
+def test_a_profiled_update_writes_its_micro_batches_profile_and_says_so(tiny_config, tmp_path, monkeypatch):
+    spec = make_spec(tiny_config, phases=["train"])
+    spec.train.ppo_micro_batch_size_per_gpu = 1  # enough micro-batches to profile four of them
+    monkeypatch.setenv(profiling.PROFILE_ENV, str(tmp_path))
+    metrics, timings = {}, {}
+    run_train(spec, "float32", metrics, timings)
+    assert metrics["update_actor_profiled"] == 1.0
+    (path,) = tmp_path.glob("profile-trial-update_actor-*.json")
+    doc = json.loads(path.read_text())
+    first = profiling.FIRST
+    assert doc["micro_batches"] == list(range(first, first + profiling.COUNT))
+    assert 0 < doc["wall_s"] < timings["update_actor"]
+    names = {op["name"] for op in doc["ops"]}
+    assert {"aten::mm", "aten::item"} <= names  # the model's matmuls; the host's read of the loss
+    assert all(op["calls"] > 0 and op["self_host_s"] >= 0 for op in doc["ops"])
+    assert path.with_suffix(".trace.json.gz").stat().st_size > 0
+
+    monkeypatch.delenv(profiling.PROFILE_ENV)
+    plain: dict[str, float] = {}
+    run_train(spec, "float32", plain, {})
+    assert "update_actor_profiled" not in plain

@@ -198,6 +198,13 @@ def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
         "folder": folder,
         "prepare": sorted(f"prepare_{k}" for k in ("wall_s", "cpu_s", "gc_s", "gcs", "full_gcs")),
     }
+    assert "AUTOTUNER_PROFILE" not in runtime_env["env_vars"]
+    # Profiled: the workers are told where their profiles go (trials.profiling).
+    run.profile = str(tmp_path / "profiles")
+    (tmp_path / "profiled").mkdir()
+    [profiled] = preflight([run], tmp_path / "profiled", tmp_path / "cache", config_only=True)
+    assert "error" not in profiled, profiled
+    assert profiled["config"]["ray_init.runtime_env"]["env_vars"]["AUTOTUNER_PROFILE"] == run.profile
     # Untraced, the config leaves verl's Ray as it is.
     run.trace = False
     (tmp_path / "plain").mkdir()

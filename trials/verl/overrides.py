@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from trials.errors import InvalidTrialSpec
+from trials.profiling import PROFILE_ENV
 from trials.verl.checkpoint import tokenizer_dir
 from trials.verl.trace import SETUP_HOOK, TRACE_ENV
 from trials.verl.types import AGENT_NAME, VerlRunSpec
@@ -114,15 +115,19 @@ def runner_settings(spec: VerlRunSpec, paths: RunPaths) -> dict[str, Any]:
         "trainer.device": spec.device,
         "+ray_kwargs.ray_init.include_dashboard": False,
         "+ray_kwargs.ray_init._temp_dir": str(paths.ray_temp_dir),
-    } | (trace_settings(paths) if spec.trace else {})
+    } | (trace_settings(paths, spec.profile) if spec.trace else {})
 
 
-def trace_settings(paths: RunPaths) -> dict[str, Any]:
-    """verl's Ray runs the tracer's setup in each worker it starts, told where to write."""
-    return {
+def trace_settings(paths: RunPaths, profile: str | None = None) -> dict[str, Any]:
+    """verl's Ray runs the tracer's setup in each worker it starts, told where to write (and,
+    with ``profile``, where its profiles go: ``trials.profiling``)."""
+    settings = {
         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": SETUP_HOOK,
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{TRACE_ENV}": str(paths.trace),
     }
+    if profile:
+        settings[f"+ray_kwargs.ray_init.runtime_env.env_vars.{PROFILE_ENV}"] = profile
+    return settings
 
 
 def _key(line: str) -> str:

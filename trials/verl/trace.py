@@ -16,12 +16,19 @@ unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its F
   (``prepare_s``), and per micro-batch its tokens and its GPU seconds (CUDA events at each
   micro-batch's start and at the end: the forward, the backward where there is one, and
   any time the GPU waited for the CPU) and its CPU seconds (``micro_batch_cpu_s``: from
-  its start to the next one's on the CPU's clock), and the batch's entries by kind (``data_keys``:
+  its start to the next one's on the CPU's clock; ``micro_batch_thread_s``: the CPU seconds the
+  pass's thread ran in it), the process's CPU seconds in the pass (``process_cpu_s``, every
+  thread's) and the host's busy cores over it (``host_busy_cores``, passes of a second or
+  more: ``trials.profiling.busy_cores``), and the batch's entries by kind (``data_keys``:
   nested, dense or other tensors, the ones verl's cut has to slice); Python's collector in
   the cut and in the whole pass (``prepare_cpu_s``, ``prepare_gc_s``, ``prepare_gcs``,
   ``prepare_full_gcs``; ``pass_gc_s``, ``pass_gcs``, ``pass_full_gcs``:
   ``trials.verl.gcclock``) and, in the process's first pass, its heap (``heap_objects``...);
 - ``optimizer_step``: its seconds;
+
+and, with ``AUTOTUNER_PROFILE`` set (``trials.profiling``), a profile of a few micro-batches
+of one update pass of each process (profiled after the pass's first micro-batches and
+recorded as usual, the profiler's cost included);
 
 each with the CUDA caching allocator's retries (``alloc_retries``: a full free-and-retry
 of the cache, slow), device allocations and frees during the call. The syncs at the ends
@@ -41,6 +48,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trials.profiling import BUSY_MIN_S, MicroBatchProfiler, busy_cores, host_cpu, pass_number
+from trials.profiling import folder as profile_folder
 from trials.verl.gcclock import CLOCK, heap
 
 TRACE_ENV = "AUTOTUNER_VERL_TRACE"
@@ -53,9 +62,13 @@ _ALLOC_STATS = {
 }
 # The micro-batch marks of the engine's pass now running (one pass at a time per process),
 # and the seconds its ``prepare_micro_batches`` took.
-_marks: list[tuple[Any, int, float]] | None = None  # (CUDA event, tokens, CPU clock)
+_marks: list[tuple[Any, int, float, float]] | None = None  # (CUDA event, tokens, CPU clock, thread time)
 _last_prepare: dict[str, float] = {}
 _heap_recorded = [False]
+# The profile of this process's update pass number ``profiling.pass_number()``, while it runs.
+_profiler: MicroBatchProfiler | None = None
+_update_passes = [0]
+_micro_batch_index = [0]
 
 
 def install() -> None:
@@ -202,13 +215,24 @@ def _wrap_pass(engine: type, out: Path) -> None:
 
     @functools.wraps(original)
     def traced(self: Any, data: Any, loss_function: Any, forward_only: bool = False) -> Any:
-        global _marks
+        global _marks, _profiler
         _marks = []
+        _micro_batch_index[0] = 0
         _last_prepare.clear()
+        profiles = profile_folder()
+        if profiles is not None and not forward_only and _role_of_engine(self) == "actor":
+            _update_passes[0] += 1
+            if _update_passes[0] == pass_number():
+                _profiler = MicroBatchProfiler(profiles, "verl-update_actor")
         state: dict[str, Any] = {}
         collector: dict[str, float] = {}
 
         def run() -> Any:
+            state["host"], state["process"], state["wall"] = (
+                host_cpu(),
+                time.process_time(),
+                time.perf_counter(),
+            )
             with CLOCK.install().window(collector, "pass_"):
                 result = original(self, data, loss_function, forward_only=forward_only)
             cuda = _cuda()
@@ -216,29 +240,40 @@ def _wrap_pass(engine: type, out: Path) -> None:
                 end = cuda.Event(enable_timing=True)
                 end.record()
                 state["end"] = end
-            state["cpu_end"] = time.perf_counter()
+            state["cpu_end"], state["thread_end"] = time.perf_counter(), time.thread_time()
+            wall = state["cpu_end"] - state["wall"]
+            state["process_cpu_s"] = time.process_time() - state["process"]
+            if wall >= BUSY_MIN_S:
+                state["host_busy_cores"] = busy_cores(state["host"], host_cpu(), wall)
             return result
 
         def extra() -> dict[str, Any]:
             marks, end = _marks or [], state.get("end")
             seconds = []
             if end is not None:
-                events = [event for event, _, _ in marks] + [end]
+                events = [event for event, *_ in marks] + [end]
                 seconds = [events[i].elapsed_time(events[i + 1]) / 1000 for i in range(len(marks))]
-            clocks = [clock for _, _, clock in marks] + [state.get("cpu_end", 0.0)]
+            clocks = [clock for _, _, clock, _ in marks] + [state.get("cpu_end", 0.0)]
+            threads = [thread for *_, thread in marks] + [state.get("thread_end", 0.0)]
             record: dict[str, Any] = {
                 "forward_only": bool(forward_only),
                 "micro_batches": len(marks),
-                "micro_batch_tokens": [tokens for _, tokens, _ in marks],
+                "micro_batch_tokens": [tokens for _, tokens, _, _ in marks],
                 "micro_batch_s": seconds,
                 # the CPU's seconds from each micro-batch's start to the next's (the last: to
                 # the pass's end): where they match the GPU's, the GPU waited on the CPU
                 "micro_batch_cpu_s": [clocks[i + 1] - clocks[i] for i in range(len(marks))],
+                # the seconds the pass's thread ran on a CPU in each: below micro_batch_cpu_s
+                # where it waited (for the GPU, the GIL or a core)
+                "micro_batch_thread_s": [threads[i + 1] - threads[i] for i in range(len(marks))],
+                "process_cpu_s": state.get("process_cpu_s", 0.0),
                 "prepare_s": _last_prepare.get("prepare_wall_s", 0.0),
                 "data_keys": _keys(data),
             }
             record.update({k: v for k, v in _last_prepare.items() if k != "prepare_wall_s"})
             record.update({k: v for k, v in collector.items() if k in _PASS_COLLECTOR})
+            if "host_busy_cores" in state:
+                record["host_busy_cores"] = state["host_busy_cores"]
             if not _heap_recorded[0]:  # once per process: walking the heap takes a while
                 _heap_recorded[0] = True
                 record.update(heap())
@@ -248,6 +283,9 @@ def _wrap_pass(engine: type, out: Path) -> None:
             return _timed_call(out, "forward_backward_batch", _role_of_engine(self), run, extra)
         finally:
             _marks = None
+            if _profiler is not None:
+                _profiler.finish()
+                _profiler = None
 
     traced._autotuner_traced = True  # type: ignore[attr-defined]
     setattr(engine, "forward_backward_batch", traced)  # noqa: B010
@@ -297,11 +335,14 @@ def _wrap_forward_step(engine: type) -> None:
 
     @functools.wraps(original)
     def traced(self: Any, micro_batch: Any, *args: Any, **kwargs: Any) -> Any:
+        if _profiler is not None:
+            _profiler.before(_micro_batch_index[0])
+        _micro_batch_index[0] += 1
         cuda = _cuda()
         if _marks is not None and cuda is not None:
             event = cuda.Event(enable_timing=True)
             event.record()
-            _marks.append((event, _tokens(micro_batch), time.perf_counter()))
+            _marks.append((event, _tokens(micro_batch), time.perf_counter(), time.thread_time()))
         return original(self, micro_batch, *args, **kwargs)
 
     traced._autotuner_traced = True  # type: ignore[attr-defined]

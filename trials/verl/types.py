@@ -82,6 +82,9 @@ class VerlRunSpec(JsonData):
     seed: int = 0
     # Record where the worker's training phases spend their time (``trials.verl.trace``).
     trace: bool = False
+    # With ``trace``: a folder for a profile of a few micro-batches of one update pass of each
+    # worker (``trials.profiling``).
+    profile: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VerlRunSpec:
