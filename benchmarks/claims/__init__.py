@@ -80,7 +80,7 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
-from benchmarks.claims.verl_clock import verl_clock, verl_clock_transformers
+from benchmarks.claims.verl_clock import verl_clock, verl_clock_passes, verl_clock_transformers
 from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
 from benchmarks.claims.verl_three import verl_three, verl_three_headline, verl_three_top
 from benchmarks.claims.verl_trace import (
@@ -115,6 +115,7 @@ CLAIMS: list[Claim] = [
     Claim("verl-h200-micro-batches", verl_h200_micro_batches),
     Claim("verl-clock", verl_clock),
     Claim("verl-clock-transformers", verl_clock_transformers),
+    Claim("verl-clock-passes", verl_clock_passes),
     Claim("strategy-compare", strategy_compare(STRATEGY)),
     Claim("strategy-example", strategy_compare(EXAMPLE)),
     Claim("verl-outside-micro-batches", verl_outside_micro_batches),

@@ -132,3 +132,58 @@ def verl_clock_transformers() -> list[Line]:
             (CLOCK,),
         )
     ]
+
+
+def _update_passes(verl: dict[str, Any]) -> list[list[float]]:
+    """The micro-batch seconds of each update pass (one per mini-batch) of verl's measured steps."""
+    passes = [
+        r["micro_batch_s"]
+        for r in verl["trace"]
+        if r.get("call") == "forward_backward_batch" and r.get("role") == "actor" and not r["forward_only"]
+    ]
+    return passes[len(passes) // len(verl["steps"]) * verl.get("warmup_steps", 1) :]
+
+
+def verl_clock_passes() -> list[Line]:
+    """verl's update passes one by one: the median micro-batch of each, lowest, median and
+    highest over the measured steps, against the trials' medians on the same host."""
+    three = "results/verl-qwen2.5-1.5b-h200-three.json"
+    runs: list[tuple[str, dict[str, Any], list[dict[str, Any]], str]] = []
+    (verl,) = _ok("run", "verl", "example")
+    runs.append((f"example, `{CLOCK}` run", verl, _ok("run", "trial", "example"), CLOCK))
+    doc = load(three)
+    for host in ("host_a", "host_b"):
+        for row in doc[host]["runs"]:
+            if row["kind"] == "verl" and row["status"] == "ok":
+                trials = [
+                    t
+                    for t in doc[host]["runs"]
+                    if t["kind"] == "trial" and t["config"] == row["config"] and t["status"] == "ok"
+                ]
+                runs.append((f"{row['config']}, `{three}` {host}", row, trials, three))
+    rows = []
+    for label, run, trials, rel in runs:
+        medians = sorted(statistics.median(p) for p in _update_passes(run))
+        clocked = [
+            t["metrics"]["update_actor_micro_batch_s_median"]
+            for t in trials
+            if "update_actor_micro_batch_s_median" in t["metrics"]
+        ]
+        rows.append(
+            (
+                [
+                    label,
+                    str(len(medians)),
+                    f"{medians[0]:.3f} / {statistics.median(medians):.3f} / {medians[-1]:.3f}",
+                    ", ".join(f"{v:.3f}" for v in clocked) if clocked else "-",
+                ],
+                (rel,),
+            )
+        )
+    header = [
+        "config, run",
+        "verl's update passes (measured steps)",
+        "verl: median micro-batch of a pass, s (lowest / median / highest pass)",
+        "trials on that host: median micro-batch, s (timed as verl's)",
+    ]
+    return [generated_from(CLOCK, three), Line(""), *table(header, rows)]
