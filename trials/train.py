@@ -26,8 +26,9 @@ Each timed micro-batch is also timed alone, as verl's traced worker times its ow
 next (the time the device waited for the host included, no sync added), on the CPU by the
 host's clock; ``<sub-phase>_micro_batch_s_mean`` / ``_median`` / ``_max`` and
 ``<sub-phase>_micro_batch_tokens_median`` summarise them, with the host thread's CPU
-seconds in a micro-batch (``_micro_batch_thread_s_mean``) and the host's busy cores over
-the pass (``<sub-phase>_host_busy_cores``, for a pass of a second or more;
+seconds in a micro-batch (``_micro_batch_thread_s_mean``), the process's over the pass
+(``<sub-phase>_process_cpu_s``) and the host's busy cores over it
+(``<sub-phase>_host_busy_cores``, for a pass of a second or more;
 ``_MicroBatchClock``). With
 ``AUTOTUNER_PROFILE`` set, a few micro-batches of the update are profiled
 (``trials.profiling``) and ``update_actor_profiled`` marks the trial's figures as taken
@@ -96,14 +97,17 @@ class _MicroBatchClock:
     pass's closing sync, so that a micro-batch's seconds hold the time the device waited for
     the host and no sync is added; on the CPU, whose work is done when its call returns, the
     host's clock at the same points. Beside them, the CPU seconds this thread spent in each
-    micro-batch (``time.thread_time``: below its wall seconds where the thread waited) and
-    how many of the host's cores were busy over the pass (``trials.profiling.busy_cores``)."""
+    micro-batch (``time.thread_time``: the forward and the loss; PyTorch runs a GPU's
+    backward on a thread of its own), the process's CPU seconds over the pass (every
+    thread's) and how many of the host's cores were busy over it
+    (``trials.profiling.busy_cores``)."""
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.open: tuple[Any, int, float] | None = None  # (mark, tokens, thread time) running
         self.closed: list[tuple[Any, Any, int, float]] = []  # (start, end, tokens, thread s)
-        self.host: list[tuple[float, tuple[float, float]]] = []  # (wall clock, host_cpu) at the ends
+        # (wall clock, host_cpu, this process's CPU seconds) at the first start and the last end
+        self.host: list[tuple[float, tuple[float, float], float]] = []
 
     def _mark(self) -> Any:
         if not self.cuda:
@@ -115,13 +119,13 @@ class _MicroBatchClock:
     def _close(self, mark: Any) -> None:
         if self.open is not None:
             self.closed.append((self.open[0], mark, self.open[1], time.thread_time() - self.open[2]))
-            self.host[1:] = [(time.perf_counter(), profiling.host_cpu())]
+            self.host[1:] = [(time.perf_counter(), profiling.host_cpu(), time.process_time())]
             self.open = None
 
     def start(self, tokens: int) -> None:
         """A micro-batch of ``tokens`` starts (and ends the one before, if open)."""
         if not self.host:
-            self.host.append((time.perf_counter(), profiling.host_cpu()))
+            self.host.append((time.perf_counter(), profiling.host_cpu(), time.process_time()))
         mark = self._mark()
         self._close(mark)
         self.open = (mark, tokens, time.thread_time())
@@ -149,9 +153,11 @@ class _MicroBatchClock:
             f"{phase}_micro_batch_thread_s_mean": float(np.mean([s for *_, s in self.closed])),
             f"{phase}_micro_batch_tokens_median": float(np.median(tokens)),
         }
-        if len(self.host) == 2 and self.host[1][0] - self.host[0][0] >= profiling.BUSY_MIN_S:
-            (t0, first), (t1, last) = self.host
-            out[f"{phase}_host_busy_cores"] = profiling.busy_cores(first, last, t1 - t0)
+        if len(self.host) == 2:
+            (t0, first, cpu0), (t1, last, cpu1) = self.host
+            out[f"{phase}_process_cpu_s"] = cpu1 - cpu0
+            if t1 - t0 >= profiling.BUSY_MIN_S:
+                out[f"{phase}_host_busy_cores"] = profiling.busy_cores(first, last, t1 - t0)
         return out
 
 

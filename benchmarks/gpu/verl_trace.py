@@ -7,8 +7,8 @@ took to cut them, and the allocator's retries. A driver figure well above the wo
 time outside the worker (batch conversion, Ray); a worker figure well above its micro-batches'
 is time around the passes; micro-batches slower per token than the trial's are the model.
 Where the trace has them, the seconds the pass's thread ran on a CPU in its micro-batches
-(below their seconds where it waited: for the GPU, the GIL or a core) and the most cores the
-host kept busy over a pass of the call.
+(their forwards and losses; the backward runs on PyTorch's own thread) and the most cores
+the host kept busy over a pass of the call.
 
 usage: python -m benchmarks.gpu.verl_trace RESULTS.json [--run run_b]
 """

@@ -32,8 +32,10 @@ def test_train_measures_every_sub_phase(tiny_config):
         mean, median, longest = (metrics[f"{name}_micro_batch_s_{s}"] for s in ("mean", "median", "max"))
         assert 0 < median <= longest and mean <= longest and mean * count < timings[name]
         assert 0 < metrics[f"{name}_micro_batch_tokens_median"] <= tokens
-        # The thread's own CPU seconds in a micro-batch: the model's work on this CPU.
+        # The thread's own CPU seconds in a micro-batch (the model's work on this CPU), and the
+        # process's over the pass: at least its thread's.
         assert metrics[f"{name}_micro_batch_thread_s_mean"] > 0
+        assert metrics[f"{name}_process_cpu_s"] >= 0.9 * count * metrics[f"{name}_micro_batch_thread_s_mean"]
     assert metrics["train_heap_objects"] > 10_000
     assert metrics["optimizer_step_s"] > 0
     sequences, t = len(spec.train_prompt_lengths), spec.train

@@ -17,7 +17,8 @@ unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its F
   micro-batch's start and at the end: the forward, the backward where there is one, and
   any time the GPU waited for the CPU) and its CPU seconds (``micro_batch_cpu_s``: from
   its start to the next one's on the CPU's clock; ``micro_batch_thread_s``: the CPU seconds the
-  pass's thread ran in it), the process's CPU seconds in the pass (``process_cpu_s``, every
+  pass's thread ran in it, the forward and the loss, PyTorch running a GPU's backward on a
+  thread of its own), the process's CPU seconds in the pass (``process_cpu_s``, every
   thread's) and the host's busy cores over it (``host_busy_cores``, passes of a second or
   more: ``trials.profiling.busy_cores``), and the batch's entries by kind (``data_keys``:
   nested, dense or other tensors, the ones verl's cut has to slice); Python's collector in
@@ -263,8 +264,8 @@ def _wrap_pass(engine: type, out: Path) -> None:
                 # the CPU's seconds from each micro-batch's start to the next's (the last: to
                 # the pass's end): where they match the GPU's, the GPU waited on the CPU
                 "micro_batch_cpu_s": [clocks[i + 1] - clocks[i] for i in range(len(marks))],
-                # the seconds the pass's thread ran on a CPU in each: below micro_batch_cpu_s
-                # where it waited (for the GPU, the GIL or a core)
+                # the seconds the pass's thread ran on a CPU in each (the forward and the loss;
+                # the backward runs on PyTorch's own thread)
                 "micro_batch_thread_s": [threads[i + 1] - threads[i] for i in range(len(marks))],
                 "process_cpu_s": state.get("process_cpu_s", 0.0),
                 "prepare_s": _last_prepare.get("prepare_wall_s", 0.0),
