@@ -1,6 +1,6 @@
 """Why do the SGLang trials train slowly? The train phases timed around a sleeping engine.
 
-In the fourth session's SGLang job (benchmarks/README.md) the train sub-phases of SGLang
+In the SGLang job of 2026-11-21 on four H200s (benchmarks/README.md) the train sub-phases of SGLang
 trials ran 4-8x slower than in vLLM trials with the same knobs, erratically (old-logp
 slow and ref-logp fast in one trial, all three slow in another), while vLLM trials on the
 host's other GPUs ran normally. This probe runs, in one trial-like process per engine

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The fifth session's 4-GPU H200 run, after setup-host.sh and setup-sglang.sh, detached:
+# A 4-GPU H200 run of 2026-11-21 (benchmarks/README.md), after setup-host.sh and setup-sglang.sh,
+# detached:
 #   1. GPU 0: a recorder of the H200 landscape (resuming benchmarks/search/landscapes/).
 #      GPUs 1-3: benchmarks/gpu/engine_train_probe.py (where the SGLang trials' slow train
 #      phases come from: SGLang with sleep_on_idle on GPU 1, SGLang as the trials run it on

@@ -27,7 +27,7 @@ def test_compare_puts_the_engines_side_by_side_and_their_baselines_together() ->
 
 
 def test_a_multi_gpu_trial_whose_ranks_trained_out_of_step_is_listed() -> None:
-    """The fifth session's TP sweep (real H200 data): the TP-2 trial's update took 84.9 s as
+    """The TP sweep of 2026-11-21 on four H200s (real data): the TP-2 trial's update took 84.9 s as
     its slowest rank saw it, about twice its fastest rank's. A result carrying the ranks'
     ratio (``train_rank_imbalance``, merged since) is listed under its own heading."""
     from benchmarks.gpu.report import report
@@ -41,9 +41,9 @@ def test_a_multi_gpu_trial_whose_ranks_trained_out_of_step_is_listed() -> None:
 
 
 def test_an_engine_that_started_slowly_is_listed_with_its_timing_lines() -> None:
-    """The sixth session's TP sweep (real H200 data): verl's defaults (TP 2) took 249 s to start
-    beside another trial, against the job's median of 84 s. It is listed, with the engine's
-    own timing lines where the trial kept them (recorded since)."""
+    """The TP sweep run again on 2026-11-21 on four H200s (real data): verl's defaults (TP 2)
+    took 249 s to start beside another trial, against the job's median of 84 s. It is listed,
+    with the engine's own timing lines where the trial kept them (recorded since)."""
     from benchmarks.gpu.report import report
 
     path = REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-tp-sweep-4gpus-fixed-h200.json"
