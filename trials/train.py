@@ -24,14 +24,13 @@ update, ``actor.read_to_host``): the update's means over its micro-batches are
 Each timed micro-batch is also timed alone, as verl's traced worker times its own
 (``trials.verl.trace``): on a GPU from a mark on the device's stream at its start to the
 next (the time the device waited for the host included, no sync added), on the CPU by the
-host's clock; ``<sub-phase>_micro_batch_s_mean`` / ``_median`` / ``_max`` and
-``<sub-phase>_micro_batch_tokens_median`` summarise them, with the host thread's CPU
-seconds in a micro-batch (``_micro_batch_thread_s_mean``), the process's over the pass
-(``<sub-phase>_process_cpu_s``) and the host's busy cores over it
-(``<sub-phase>_host_busy_cores``, for a pass of a second or more;
-``_MicroBatchClock``). With
+host's clock (``_MicroBatchClock``). ``<sub-phase>_micro_batch_s_mean`` / ``_median`` /
+``_max`` and ``<sub-phase>_micro_batch_tokens_median`` summarise them, beside the host
+thread's CPU seconds in a micro-batch (``_micro_batch_thread_s_mean``), the process's over
+the pass (``<sub-phase>_process_cpu_s``) and the host's busy cores over it
+(``<sub-phase>_host_busy_cores``, for a pass of a second or more). With
 ``AUTOTUNER_PROFILE`` set, a few micro-batches of the update are profiled
-(``trials.profiling``) and ``update_actor_profiled`` marks the trial's figures as taken
+(``trials.profiling``), and ``update_actor_profiled`` marks the trial's figures as taken
 under the profiler.
 The offload moves around the sub-phases (``param_offload`` / ``optimizer_offload``) are
 timed apart, into ``actor_reload``; the reference model's moves (its own
@@ -119,21 +118,24 @@ class _MicroBatchClock:
     def _close(self, mark: Any) -> None:
         if self.open is not None:
             self.closed.append((self.open[0], mark, self.open[1], time.thread_time() - self.open[2]))
-            self.host[1:] = [(time.perf_counter(), profiling.host_cpu(), time.process_time())]
             self.open = None
+
+    def _host(self) -> tuple[float, tuple[float, float], float]:
+        return time.perf_counter(), profiling.host_cpu(), time.process_time()
 
     def start(self, tokens: int) -> None:
         """A micro-batch of ``tokens`` starts (and ends the one before, if open)."""
         if not self.host:
-            self.host.append((time.perf_counter(), profiling.host_cpu(), time.process_time()))
+            self.host.append(self._host())
         mark = self._mark()
         self._close(mark)
         self.open = (mark, tokens, time.thread_time())
 
     def stop(self) -> None:
-        """The open micro-batch ends here."""
+        """The open micro-batch ends here, and with it the pass or a stretch of it."""
         if self.open is not None:
             self._close(self._mark())
+            self.host[1:] = [self._host()]
 
     def seconds(self) -> list[float]:
         """Each closed micro-batch's seconds (on a GPU: after the stream has passed its marks)."""
