@@ -172,12 +172,14 @@ def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
     and FSDP engine wrapped (verl's dispatch attributes kept) and the trace folder set."""
     _, run = job_run_spec(GPU_JOBS[0], "traced")
     run.trace = True
+    run.profile = str(tmp_path / "profiles")  # and told where their profiles go (trials.profiling)
     [report] = preflight([run], tmp_path, tmp_path / "cache", config_only=True)
     assert "error" not in report, report
     runtime_env = report["config"]["ray_init.runtime_env"]
     assert runtime_env["worker_process_setup_hook"] == "trials.verl.trace.install"
     folder = runtime_env["env_vars"]["AUTOTUNER_VERL_TRACE"]
     assert folder.endswith("/trace")
+    assert runtime_env["env_vars"]["AUTOTUNER_PROFILE"] == run.profile
     env = dict(os.environ) | {"PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
     done = subprocess.run(
@@ -198,15 +200,10 @@ def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
         "folder": folder,
         "prepare": sorted(f"prepare_{k}" for k in ("wall_s", "cpu_s", "gc_s", "gcs", "full_gcs")),
     }
-    assert "AUTOTUNER_PROFILE" not in runtime_env["env_vars"]
-    # Profiled: the workers are told where their profiles go (trials.profiling).
-    run.profile = str(tmp_path / "profiles")
-    (tmp_path / "profiled").mkdir()
-    [profiled] = preflight([run], tmp_path / "profiled", tmp_path / "cache", config_only=True)
-    assert "error" not in profiled, profiled
-    assert profiled["config"]["ray_init.runtime_env"]["env_vars"]["AUTOTUNER_PROFILE"] == run.profile
-    # Untraced, the config leaves verl's Ray as it is.
+    # Untraced, the config leaves verl's Ray as it is, a profile folder named or not.
     run.trace = False
     (tmp_path / "plain").mkdir()
     [plain] = preflight([run], tmp_path / "plain", tmp_path / "cache", config_only=True)
-    assert "worker_process_setup_hook" not in (plain["config"]["ray_init.runtime_env"] or {})
+    plain_env = plain["config"]["ray_init.runtime_env"] or {}
+    assert "worker_process_setup_hook" not in plain_env
+    assert "AUTOTUNER_PROFILE" not in (plain_env.get("env_vars") or {})
