@@ -134,3 +134,17 @@ def span(values: list[float], spec: str) -> str:
 def times(counts: list[int]) -> str:
     words = {1: "once", 2: "twice"}
     return " or ".join(words.get(n, f"{n} times") for n in counts)
+
+
+def error_pct(predicted: float, measured: float, digits: int = 1) -> str:
+    """A prediction's error against the measurement, signed, in percent."""
+    return f"{100 * (predicted / measured - 1):+.{digits}f}%"
+
+
+def trial_timer(trial: dict[str, Any], key: str) -> float:
+    """A trial's figure under verl's timer name ``key`` (``timing_s/step``: its step time)."""
+    from trials.step import as_verl_timers
+
+    if key == "timing_s/step":
+        return float(trial["step_time_s"])
+    return as_verl_timers(trial["phase_timings_s"])[key]

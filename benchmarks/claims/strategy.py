@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from autotuner.noise import spread_pct
-from benchmarks.claims.data import Line, generated_from, load, span, table
+from benchmarks.claims.data import Line, error_pct, generated_from, load, span, table
 from trials.step import as_verl_timers
 
 STRATEGY = "results/verl-qwen2.5-1.5b-h200-strategy.json"
@@ -48,10 +48,6 @@ def _verl_steps(rel: str) -> list[dict[str, float]]:
     return list(verl["steps"][verl.get("warmup_steps", 1) :])
 
 
-def _err(predicted: float, measured: float) -> str:
-    return f"{100 * (predicted / measured - 1):+.1f}%"
-
-
 def _trials(rel: str) -> dict[str, dict[str, Any]]:
     return {t["strategy"]: t for t in _runs(rel, "trial") if t["status"] == "ok"}
 
@@ -75,7 +71,7 @@ def strategy_compare(rel: str) -> Callable[[], list[Line]]:
             cells = [label]
             for s in strategies:
                 predicted = _trial_figure(trials[s], metric)
-                cells += [f"{predicted:.4g}", _err(predicted, measured)]
+                cells += [f"{predicted:.4g}", error_pct(predicted, measured)]
             cells.append(f"{measured:.4g} (n={len(values)}, spread {spread_pct(values) or 0:.1f}%)")
             rows.append((cells, (rel,)))
         return [*table(header, rows), Line(""), generated_from(rel)]
@@ -99,15 +95,15 @@ def strategy_headline() -> list[Line]:
         Line(
             f"verl's defaults on one H200: verl measured {verl:.0f} tokens/s/GPU (median of "
             f"{n} steps, spread {spread:.1f}%). The trial with the actor and the ref under "
-            f"FSDP1, as verl builds them, predicted {one:.0f} ({_err(one, verl)}); under FSDP2, "
-            f"{two:.0f} ({_err(two, verl)}). One trial of each, on the same host as verl's run.",
+            f"FSDP1, as verl builds them, predicted {one:.0f} ({error_pct(one, verl)}); under FSDP2, "
+            f"{two:.0f} ({error_pct(two, verl)}). One trial of each, on the same host as verl's run.",
             (STRATEGY,),
         ),
         Line(""),
         Line(
             f"verl's example on another H200 host: verl measured {verl_example:.0f} (median of "
             f"{n_example} steps, spread {spread_example:.1f}%); the trial under FSDP1 predicted "
-            f"{example:.0f} ({_err(example, verl_example)}).",
+            f"{example:.0f} ({error_pct(example, verl_example)}).",
             (EXAMPLE,),
         ),
     ]

@@ -8,8 +8,7 @@ import statistics
 from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
-from benchmarks.claims.data import Line, generated_from, load, table
-from trials.step import as_verl_timers
+from benchmarks.claims.data import Line, error_pct, generated_from, load, table, trial_timer
 from trials.verl.trace import PASS_PHASES, micro_batches
 
 CLOCK = "results/verl-qwen2.5-1.5b-h200-clock.json"
@@ -28,16 +27,6 @@ def _ok(part: str, kind: str, config: str) -> list[dict[str, Any]]:
         for r in load(CLOCK)[part]["runs"]
         if r["kind"] == kind and r["config"] == config and r["status"] == "ok"
     ]
-
-
-def _err(predicted: float, measured: float) -> str:
-    return f"{100 * (predicted / measured - 1):+.1f}%"
-
-
-def _trial_seconds(trial: dict[str, Any], key: str) -> float:
-    if key == "timing_s/step":
-        return float(trial["step_time_s"])
-    return as_verl_timers(trial["phase_timings_s"])[key]
 
 
 def verl_clock() -> list[Line]:
@@ -61,13 +50,13 @@ def verl_clock() -> list[Line]:
                 "step throughput, tok/s/GPU",
                 trials_cell(predicted, ".0f"),
                 f"{statistics.median(measured):.0f} (n={len(measured)}, spread {spread:.1f}%)",
-                _err(statistics.median(predicted), statistics.median(measured)),
+                error_pct(statistics.median(predicted), statistics.median(measured)),
             ],
             (CLOCK,),
         )
     )
     for name, key in TIMERS.items():
-        mine = [_trial_seconds(t, key) for t in trials]
+        mine = [trial_timer(t, key) for t in trials]
         theirs = statistics.median(s[key] for s in steps)
         rows.append(
             (
@@ -75,7 +64,7 @@ def verl_clock() -> list[Line]:
                     f"{name}, s",
                     trials_cell(mine, ".2f"),
                     f"{theirs:.2f}",
-                    _err(statistics.median(mine), theirs),
+                    error_pct(statistics.median(mine), theirs),
                 ],
                 (CLOCK,),
             )
@@ -90,7 +79,7 @@ def verl_clock() -> list[Line]:
                     f"{phase}: one micro-batch, s (mean)",
                     trials_cell(mine, ".3f"),
                     f"{theirs:.3f} (n={len(seconds)})",
-                    _err(statistics.median(mine), theirs),
+                    error_pct(statistics.median(mine), theirs),
                 ],
                 (CLOCK,),
             )

@@ -9,10 +9,9 @@ import statistics
 from typing import Any
 
 from autotuner.noise import spread_pct
-from benchmarks.claims.data import Line, generated_from, load, span, table
+from benchmarks.claims.data import Line, error_pct, generated_from, load, span, table, trial_timer
 from benchmarks.claims.verl_clock import CLOCK
 from benchmarks.claims.verl_three import TIMERS as THREE_TIMERS
-from trials.step import as_verl_timers
 from trials.verl.trace import micro_batches
 
 VERL_H200 = "results/verl-qwen2.5-1.5b-h200-three.json"
@@ -47,16 +46,6 @@ def _verl_median(verl: dict[str, Any], key: str) -> float:
     return statistics.median(step[key] for step in _measured(verl))
 
 
-def _trial_timer(trial: dict[str, Any], key: str) -> float:
-    if key == "timing_s/step":
-        return float(trial["step_time_s"])
-    return as_verl_timers(trial["phase_timings_s"])[key]
-
-
-def _err(predicted: float, measured: float) -> str:
-    return f"{100 * (predicted / measured - 1):+.1f}%"
-
-
 def _trials_beside(config: str) -> tuple[str, list[dict[str, Any]]]:
     """The host of verl's run of ``config`` and the trials of it on that host."""
     host, _ = _verl(config)
@@ -86,7 +75,7 @@ def verl_h200() -> list[Line]:
                     f"{config} ({host})",
                     "step throughput, tok/s/GPU",
                     f"{predicted:.0f} (n={len(trials)})",
-                    _err(predicted, statistics.median(measured)),
+                    error_pct(predicted, statistics.median(measured)),
                     f"{statistics.median(measured):.0f} "
                     f"(n={len(measured)}, spread {spread_pct(measured) or 0:.1f}%)",
                 ],
@@ -94,10 +83,13 @@ def verl_h200() -> list[Line]:
             )
         )
         for name, key in TIMERS.items():
-            mine = statistics.median(_trial_timer(t, key) for t in trials)
+            mine = statistics.median(trial_timer(t, key) for t in trials)
             theirs = _verl_median(verl, key)
             rows.append(
-                ([config, f"{name}, s", f"{mine:.2f}", _err(mine, theirs), f"{theirs:.2f}"], (VERL_H200,))
+                (
+                    [config, f"{name}, s", f"{mine:.2f}", error_pct(mine, theirs), f"{theirs:.2f}"],
+                    (VERL_H200,),
+                )
             )
     every = []
     for config in CONFIGS:
@@ -126,8 +118,7 @@ def verl_h200_headline() -> list[Line]:
     _, worst_verl = _verl(worst)
     worst_trials = _trials_beside(worst)[1]
     phase_errors = {
-        name: statistics.median(_trial_timer(t, key) for t in worst_trials) / _verl_median(worst_verl, key)
-        - 1
+        name: statistics.median(trial_timer(t, key) for t in worst_trials) / _verl_median(worst_verl, key) - 1
         for name, key in TIMERS.items()
         if name not in ("step", "weight sync")
     }

@@ -7,7 +7,7 @@ import statistics
 from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
-from benchmarks.claims.data import Line, generated_from, load, span, table
+from benchmarks.claims.data import Line, error_pct, generated_from, load, span, table
 from benchmarks.claims.verl_trace import cut_medians
 from trials.step import VERL_REPLAY_POLL_S, as_verl_timers, replay_poll_wait_s
 from trials.verl.cut import PHASES as CUT_PHASES
@@ -46,10 +46,6 @@ def _with_poll(trial: dict[str, Any]) -> float:
     return float(trial["throughput"]) * step / (step + replay_poll_wait_s(t["rollout"]))
 
 
-def _err(predicted: float, measured: float) -> str:
-    return f"{100 * (predicted / measured - 1):+.0f}%"
-
-
 def verl_three() -> list[Line]:
     """Per config: the trial's step throughput (as recorded, and with verl's poll), verl's
     median over its measured steps, and the phases as verl's timers time them."""
@@ -73,12 +69,12 @@ def verl_three() -> list[Line]:
             f"{trial['throughput']:.0f}",
             f"{polled:.0f}",
             f"{measured:.0f} (n={len(throughputs)}, spread {spread_pct(throughputs) or 0:.1f}%{status})",
-            f"{_err(trial['throughput'], measured)} ({_err(polled, measured)})",
+            f"{error_pct(trial['throughput'], measured, 0)} ({error_pct(polled, measured, 0)})",
         ]
         predicted = as_verl_timers(trial["phase_timings_s"])
         for key in TIMERS.values():
             t, v = predicted[key], _verl_median(verl, key)
-            cells.append(f"{t:.1f} / {v:.1f} ({_err(t, v)})")
+            cells.append(f"{t:.1f} / {v:.1f} ({error_pct(t, v, 0)})")
         rows.append((cells, (VERL_THREE,)))
     return [generated_from(VERL_THREE), Line(""), *table(header, rows)]
 
@@ -125,7 +121,8 @@ def verl_three_headline() -> list[Line]:
             f"({'the same order' if trial_order == verl_order else 'not the same order'}). "
             + ("Every trial predicts more than verl measured: " if over else "The trials' errors: ")
             + ", ".join(
-                f"{c} {_err(recorded[c], verl[c])} ({_err(trial[c], verl[c])} with verl's poll)"
+                f"{c} {error_pct(recorded[c], verl[c], 0)} "
+                f"({error_pct(trial[c], verl[c], 0)} with verl's poll)"
                 for c in CONFIGS
             )
             + f". The worst is {worst}.",
