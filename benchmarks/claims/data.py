@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 from autotuner.noise import Verdict, compare, spread_pct
 from benchmarks.gpu import report
+from trials.step import as_verl_timers
 
 # Data paths are relative to benchmarks/.
 HERE = Path(__file__).resolve().parent.parent
@@ -143,8 +144,6 @@ def error_pct(predicted: float, measured: float, digits: int = 1) -> str:
 
 def trial_timer(trial: dict[str, Any], key: str) -> float:
     """A trial's figure under verl's timer name ``key`` (``timing_s/step``: its step time)."""
-    from trials.step import as_verl_timers
-
     if key == "timing_s/step":
         return float(trial["step_time_s"])
     return as_verl_timers(trial["phase_timings_s"])[key]
