@@ -9,7 +9,7 @@ from typing import Any
 
 from autotuner.noise import Verdict, compare, spread_pct
 from benchmarks.claims.data import Line, error_pct, generated_from, load, table, trial_timer
-from trials.verl.trace import PASS_PHASES, micro_batches
+from trials.verl.trace import PASS_PHASES, measured_passes, micro_batches
 
 CLOCK = "results/verl-qwen2.5-1.5b-h200-clock.json"
 # The trial's timers set beside verl's (verl's name: the trial's, in ``as_verl_timers``).
@@ -125,12 +125,8 @@ def verl_clock_transformers() -> list[Line]:
 
 def _update_passes(verl: dict[str, Any]) -> list[list[float]]:
     """The micro-batch seconds of each update pass (one per mini-batch) of verl's measured steps."""
-    passes = [
-        r["micro_batch_s"]
-        for r in verl["trace"]
-        if r.get("call") == "forward_backward_batch" and r.get("role") == "actor" and not r["forward_only"]
-    ]
-    return passes[len(passes) // len(verl["steps"]) * verl.get("warmup_steps", 1) :]
+    passes = measured_passes(verl["trace"], len(verl["steps"]), verl.get("warmup_steps", 1))
+    return [r["micro_batch_s"] for r in passes["update_actor"]]
 
 
 def verl_clock_passes() -> list[Line]:

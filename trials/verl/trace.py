@@ -116,14 +116,12 @@ PASS_PHASES = {
 }
 
 
-def micro_batches(
-    trace: list[dict[str, Any]], steps: int, warmup: int
-) -> dict[str, tuple[list[float], list[int]]]:
-    """Per sub-phase (``old_log_prob``, ``ref_log_prob``, ``update_actor``): the seconds and
-    tokens of verl's micro-batches in the ``steps - warmup`` measured steps of a run of
-    ``steps`` steps. Every step runs the same number of passes of a sub-phase (one per
-    log-prob call, one per update mini-batch), the warm-up's first."""
-    out: dict[str, tuple[list[float], list[int]]] = {}
+def measured_passes(trace: list[dict[str, Any]], steps: int, warmup: int) -> dict[str, list[dict[str, Any]]]:
+    """Per sub-phase (``old_log_prob``, ``ref_log_prob``, ``update_actor``): the records of
+    verl's passes in the ``steps - warmup`` measured steps of a run of ``steps`` steps. Every
+    step runs the same number of passes of a sub-phase (one per log-prob call, one per update
+    mini-batch), the warm-up's first."""
+    out: dict[str, list[dict[str, Any]]] = {}
     for key, phase in PASS_PHASES.items():
         passes = [
             r
@@ -131,14 +129,23 @@ def micro_batches(
             if r.get("call") == "forward_backward_batch"
             and (r.get("role"), bool(r.get("forward_only"))) == key
         ]
-        if not passes or steps <= warmup:
-            continue
-        measured = passes[len(passes) // steps * warmup :]
-        out[phase] = (
-            [s for r in measured for s in r.get("micro_batch_s", [])],
-            [n for r in measured for n in r.get("micro_batch_tokens", [])],
-        )
+        if passes and steps > warmup:
+            out[phase] = passes[len(passes) // steps * warmup :]
     return out
+
+
+def micro_batches(
+    trace: list[dict[str, Any]], steps: int, warmup: int
+) -> dict[str, tuple[list[float], list[int]]]:
+    """Per sub-phase: the seconds and tokens of verl's micro-batches in the measured steps
+    (``measured_passes``)."""
+    return {
+        phase: (
+            [s for r in passes for s in r.get("micro_batch_s", [])],
+            [n for r in passes for n in r.get("micro_batch_tokens", [])],
+        )
+        for phase, passes in measured_passes(trace, steps, warmup).items()
+    }
 
 
 def _role_of_worker(worker: Any) -> str:
