@@ -160,11 +160,16 @@ def run_job(
 
 
 def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process:
-    """vLLM's EngineCore process under the trial; on a loaded machine it may show its name a
-    moment after the phase began, so it is looked for until ``timeout_s``."""
+    """vLLM's EngineCore process under the trial, looked for until ``timeout_s`` (on a loaded
+    machine the engine's start-up takes minutes, and it shows its name a moment after it
+    began)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        for proc in leader.children(recursive=True):
+        try:
+            children = leader.children(recursive=True)
+        except psutil.NoSuchProcess as exc:
+            raise AssertionError("the trial ended before its EngineCore process was seen") from exc
+        for proc in children:
             with contextlib.suppress(psutil.Error):
                 if "EngineCore" in proc.name() or any("EngineCore" in part for part in proc.cmdline()):
                     return proc
@@ -177,13 +182,15 @@ def kill_in(
 ) -> Callable[[TrialProcesses], Callable[[str], None]]:
     """Sends ``sig`` to the trial's worker (or vLLM's EngineCore) once the trial reports one
     of ``procs_phase``, looked for for ``within_s`` (the trial's deadline where its start-up
-    may take most of it)."""
+    may take most of it). The EngineCore is found while the engine starts, before the phase:
+    a rollout of a tiny model may end within the time a search of the trial's processes
+    takes on a loaded machine."""
 
     def bind(procs: TrialProcesses) -> Callable[[str], None]:
         def act(trial_id: str) -> None:
             leader = procs.leader(trial_id)
+            victim = engine_core(leader, timeout_s=within_s) if target == "engine" else leader
             wait_phase(leader, procs_phase, timeout_s=within_s)
-            victim = engine_core(leader) if target == "engine" else leader
             os.kill(victim.pid, sig)
 
         return act
