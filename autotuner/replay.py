@@ -70,6 +70,10 @@ class Landscape:
     command: str
     points: list[LandscapePoint] = field(default_factory=list)
     recorded_at: str = ""
+    # How the configs were chosen when not the whole grid (``benchmarks.search.compose``:
+    # a cross design's base and held-out configs, or which points were composed); {} for a
+    # landscape of every config.
+    design: dict[str, Any] = field(default_factory=dict)
 
     # ---------------------------------------------------------------- files
 
@@ -85,6 +89,7 @@ class Landscape:
             "measured_on": sorted({r.device for p in self.points for r in p.runs if r.device}),
             "spec": json.loads(self.spec.model_dump_json()),
             "arch": {"name": self.arch.name, "config": self.arch.config},
+            "design": self.design,
             "points": [
                 {"config": p.config, "runs": [dataclasses.asdict(r) for r in p.runs]} for p in self.points
             ],
@@ -110,6 +115,7 @@ class Landscape:
             label=data.get("label", ""),
             command=data.get("command", ""),
             recorded_at=data.get("recorded_at", ""),
+            design=data.get("design") or {},
             points=[
                 LandscapePoint(p["config"], [TrialResult.from_dict(r) for r in p["runs"]])
                 for p in data["points"]

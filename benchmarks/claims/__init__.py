@@ -61,6 +61,7 @@ from benchmarks.claims.search import (
     landscape_facts,
     search_compare,
     search_cpu_shows,
+    search_h200_composition,
     search_h200_headline,
     search_h200_shows,
 )
@@ -167,6 +168,7 @@ CLAIMS: list[Claim] = [
     Claim("search-h200-landscape", lambda: landscape_facts(LANDSCAPE)),
     Claim("search-h200-compare", lambda: compare_table(SEARCH)),
     Claim("search-h200-shows", search_h200_shows),
+    Claim("search-h200-composition", search_h200_composition),
 ]
 
 

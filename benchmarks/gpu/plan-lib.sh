@@ -13,10 +13,12 @@ study() {  # GPUS TAG JOB: a study on a local Ray of its own over GPUS; waits fo
   wait_for "/tmp/at/logs/$(basename "$3" .yaml)-$2.pid"
   log "study $(basename "$3" .yaml)-$2 done: $(tail -n 1 "/tmp/at/logs/$(basename "$3" .yaml)-$2.log")"
 }
-record() {  # GPU: a landscape recorder on that GPU (detached, like the studies)
+record() {  # GPU: a landscape recorder on that GPU (detached, like the studies); RECORD_ARGS
+  # go to the recorder (e.g. "--design cross --held-out 8 --repeats 2")
+  # shellcheck disable=SC2086
   (cd /tmp/repo && source benchmarks/gpu/env.sh &&
    CUDA_VISIBLE_DEVICES=$1 AUTOTUNER_DATA_DIR=/tmp/at-record/gpu$1 \
-     setsid nohup python3 -m benchmarks.search.record "$LANDSCAPE_JOB" "$LANDSCAPE" \
+     setsid nohup python3 -m benchmarks.search.record "$LANDSCAPE_JOB" "$LANDSCAPE" ${RECORD_ARGS:-} \
      > "/tmp/at/logs/record-gpu$1.log" 2>&1 < /dev/null &
    echo $! > "/tmp/at/logs/record-gpu$1.pid")
   log "recorder on GPU $1"

@@ -1,6 +1,7 @@
 """Record a landscape: run every config of a job's search space as a real trial.
 
 usage: python -m benchmarks.search.record JOB.yaml OUT.json [--repeats N] [--label TEXT]
+                                          [--design cross --held-out K [--base PATH=VALUE ...]]
 
 Each grid point (``SearchSpace.grid``: every distinct config verl accepts) runs through
 the tuner's own executor (a Ray task per trial, ``trials.launcher`` in a fresh process,
@@ -16,6 +17,13 @@ Several recorders may fill one landscape at once, say one per GPU of a host
 frees up: under a lock on ``OUT.lock`` each takes the config with the fewest runs that no
 live recorder has claimed (``OUT.claims``), runs it, and merges its run into the file as
 it is then. A claim of a recorder that died is taken over by the next one to look.
+
+``--design cross`` records a cross design instead of the whole grid
+(``benchmarks.search.compose``): each engine setting beside a base train setting, each
+train setting beside a base engine setting, and ``K`` configs off the cross drawn with the
+job's seed, held out to measure the composition's error; ``benchmarks.search.compose``
+then composes every other config of the grid from them. The design is stored in the file
+and a resumed recording keeps it.
 
 The same command records on a GPU host: the job's cluster says where trials run and the
 executor reserves ``tensor_model_parallel_size`` GPUs per trial.
@@ -46,6 +54,7 @@ from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
+from benchmarks.search.compose import DESIGN, DesignError, make_design, parse_fixed
 from trials.metrics import THROUGHPUT
 
 
@@ -72,12 +81,21 @@ class Ledger:
     """The landscape file shared by the recorders filling it, and who runs what."""
 
     def __init__(
-        self, out: Path, spec: JobSpec, arch: Any, device: str, cap: float | None, label: str, command: str
+        self,
+        out: Path,
+        spec: JobSpec,
+        arch: Any,
+        device: str,
+        cap: float | None,
+        label: str,
+        command: str,
+        design: dict[str, Any] | None = None,
     ) -> None:
         self.out = out
         self.lock_path = out.with_name(out.name + ".lock")
         self.claims_path = out.with_name(out.name + ".claims")
         self._new = (spec, arch, device, cap, label, command)
+        self.design = design or {}
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[Landscape]:
@@ -90,7 +108,7 @@ class Ledger:
                     landscape = Landscape.load(self.out)
                     landscape.command = self._new[5]
                 else:
-                    landscape = Landscape(*self._new)  # type: ignore[arg-type]
+                    landscape = Landscape(*self._new, design=self.design)  # type: ignore[arg-type]
                 yield landscape
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
@@ -130,13 +148,40 @@ def next_config(
     return grid[min(todo)[1]] if todo else None
 
 
+def recorded_design(
+    out: Path, space: Any, k: int, seed: int, fixed: dict[str, Any]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The cross design to record into ``out`` and its configs: the one the file holds (a
+    resumed recording), else a new one (``compose.make_design``)."""
+    design, configs = make_design(space, k, seed, fixed)
+    if out.exists():
+        stored = Landscape.load(out).design
+        if stored.get("kind") != DESIGN:
+            raise DesignError(f"{out} holds no cross design; record the design into a new file")
+        if stored["base"] != design["base"] or stored["held_out"] != design["held_out"]:
+            raise DesignError(
+                f"{out} holds another cross design (base or held-out configs differ); "
+                "run with the options it was recorded with, or into a new file"
+            )
+    return design, configs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("job", type=Path)
     parser.add_argument("out", type=Path)
     parser.add_argument("--repeats", type=int, default=1, help="Runs per config (default 1).")
     parser.add_argument("--label", default="", help="What the landscape is (default: device).")
+    parser.add_argument(
+        "--design", choices=[DESIGN], default=None, help="Record a cross design, not the whole grid."
+    )
+    parser.add_argument(
+        "--held-out", type=int, default=8, metavar="K", help="Configs off the cross to record (default 8)."
+    )
+    parser.add_argument("--base", action="append", default=[], metavar="PATH=VALUE")
     args = parser.parse_args(argv)
+    if args.base and args.design is None:
+        parser.error("--base sets a cross design's base; add --design cross")
     command = "python -m benchmarks.search.record " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )
@@ -147,7 +192,20 @@ def main(argv: list[str] | None = None) -> int:
     cap = memory_cap_gib(spec, device, settings)
     space = build_space(spec, device, settings)
     grid = space.grid()
-    ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command)
+    design: dict[str, Any] = {}
+    if args.design is None and args.out.exists() and Landscape.load(args.out).design:
+        parser.error(f"{args.out} holds a cross design; record into it with --design cross")
+    if args.design is not None:
+        try:
+            design, grid = recorded_design(args.out, space, args.held_out, spec.seed, parse_fixed(args.base))
+        except DesignError as exc:
+            parser.error(str(exc))
+        print(
+            f"cross design of the {len(space.grid())}-config grid: {design['sides']} configs on the "
+            f"cross, {len(design['held_out'])} held out",
+            flush=True,
+        )
+    ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command, design)
     with ledger.locked() as landscape:
         done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
     total = len(grid) * args.repeats

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# On the GPU host, after setup-host.sh: record the search benchmark's cross design
+# (benchmarks/search/jobs/qwen2.5-1.5b-h200-cross.yaml: 39 configs on the cross and 8 held
+# out, each run twice), one recorder per GPU, detached; poll.sh packs the landscape
+# (/tmp/at/landscape/*.json) with the recorders' logs. The recording resumes where a file
+# carried from an earlier host stopped.
+# usage: [RECORD_RESUME=FILE] [RECORD_GPUS="0 1"] bash benchmarks/gpu/record-cross.sh
+# RECORD_RESUME: the sides landscape an earlier host packed (its runs are kept, its design reused).
+set -euo pipefail
+export LANDSCAPE_JOB=benchmarks/search/jobs/qwen2.5-1.5b-h200-cross.yaml
+export LANDSCAPE=/tmp/at/landscape/qwen2.5-1.5b-h200-cross-sides.json
+export RECORD_ARGS="--design cross --held-out 8 --repeats 2"
+source benchmarks/gpu/plan-lib.sh
+if [ -n "${RECORD_RESUME:-}" ] && [ ! -f "$LANDSCAPE" ]; then
+  cp "$RECORD_RESUME" "$LANDSCAPE"
+  log "resuming $RECORD_RESUME"
+fi
+for gpu in ${RECORD_GPUS:-$(seq 0 $(($(nvidia-smi -L | wc -l) - 1)))}; do
+  record "$gpu"
+done

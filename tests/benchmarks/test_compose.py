@@ -1,0 +1,175 @@
+"""A landscape composed from a cross design (benchmarks/search/compose.py), checked on the
+recorded H200 landscape: its 24 configs were each run as a real trial, so the configs off
+the cross are measured and the composition can be held against them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotuner.knobs import A, R
+from autotuner.records import config_key
+from autotuner.replay import Landscape
+from autotuner.space import SearchSpace
+from benchmarks.search.compare import run_strategy, true_values
+from benchmarks.search.compose import (
+    DesignError,
+    choose_base,
+    compose,
+    compose_run,
+    cross,
+    main,
+    make_design,
+)
+from benchmarks.search.record import main as record_main
+from benchmarks.search.record import recorded_design
+from trials.metrics import PEAK_MEMORY, THROUGHPUT
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+REPO = Path(__file__).resolve().parents[2]
+H200 = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
+GMU, MNS = R + "gpu_memory_utilization", R + "max_num_seqs"
+PPO_MB, LP_MB = A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"
+
+
+@pytest.fixture(scope="module")
+def full() -> Landscape:
+    return Landscape.load(H200)
+
+
+@pytest.fixture(scope="module")
+def space(full) -> SearchSpace:
+    return SearchSpace.build(full.spec, full.arch, full.device)
+
+
+def _sides_only(full: Landscape, space: SearchSpace) -> Landscape:
+    """The full landscape cut down to what a cross design records (no held-out configs)."""
+    grid = space.grid()
+    on = {config_key(c) for c in cross(grid, choose_base(space, grid, {}))}
+    return dataclasses.replace(full, points=[p for p in full.points if config_key(p.config) in on])
+
+
+def test_the_cross_is_each_engine_setting_and_each_train_setting_once(space) -> None:
+    grid = space.grid()
+    base = choose_base(space, grid, {})
+    # Of the searched values, verl's defaults hold gmu 0.5 and micro-batches of 4 (its
+    # example's sizes are repaired to the nearest searched); max_num_seqs 256.
+    assert (base[GMU], base[MNS], base[PPO_MB], base[LP_MB]) == (0.5, 256, 4, 4)
+    sides = cross(grid, base)
+    # 4 engine settings (gmu x mns) and 6 train settings (ppo x lp): 4 + 6 - 1 configs.
+    assert len(grid) == 24 and len(sides) == 9
+    assert {(c[GMU], c[MNS]) for c in sides if (c[PPO_MB], c[LP_MB]) == (4, 4)} == {
+        (g, m) for g in (0.5, 0.8) for m in (256, 1024)
+    }
+    assert {(c[PPO_MB], c[LP_MB]) for c in sides if (c[GMU], c[MNS]) == (0.5, 256)} == {
+        (p, lp) for p in (4, 16, 64) for lp in (4, 16)
+    }
+    fixed = choose_base(space, grid, {GMU: 0.8, PPO_MB: 16})
+    assert (fixed[GMU], fixed[PPO_MB]) == (0.8, 16)
+    with pytest.raises(DesignError, match="no config of the grid"):
+        choose_base(space, grid, {GMU: 0.7})
+
+
+def test_a_design_holds_out_configs_off_the_cross_drawn_by_its_seed(space) -> None:
+    design, configs = make_design(space, k=4, seed=0)
+    again, _ = make_design(space, k=4, seed=0)
+    other, _ = make_design(space, k=4, seed=1)
+    assert design == again and design["held_out"] != other["held_out"]
+    keys = [config_key(c) for c in configs]
+    assert len(keys) == len(set(keys)) == design["sides"] + 4
+    assert keys[design["sides"] :] == design["held_out"]  # sides first: recorded first
+    on = {config_key(c) for c in cross(space.grid(), design["base"])}
+    assert not on & set(design["held_out"])
+    _, everything = make_design(space, k=100, seed=0)
+    assert len(everything) == 24
+
+
+def test_a_composed_run_of_a_runs_own_two_sides_is_that_run(full) -> None:
+    run = next(r for p in full.points for r in p.runs if r.ok)
+    same = compose_run(run, run, "x")
+    assert same.metrics[THROUGHPUT] == pytest.approx(run.metrics[THROUGHPUT], rel=1e-9)
+    assert same.wall_s == pytest.approx(run.wall_s)
+    assert same.phase_timings_s == run.phase_timings_s
+    assert same.metrics[PEAK_MEMORY] == pytest.approx(run.metrics[PEAK_MEMORY])
+
+
+def test_a_side_that_did_not_fit_is_the_composed_runs_failure(full) -> None:
+    ok = next(r for p in full.points for r in p.runs if r.ok)
+    oom = next(r for p in full.points for r in p.runs if r.status == "oom")
+    for engine, actor in ((ok, oom), (oom, ok)):
+        out = compose_run(engine, actor, "x")
+        assert (out.status, out.phase, out.wall_s) == (oom.status, oom.phase, oom.wall_s)
+        assert THROUGHPUT not in out.metrics
+
+
+def test_the_h200_landscape_composed_from_its_cross_matches_its_measured_configs(full, space) -> None:
+    composed, report = compose(_sides_only(full, space))
+    assert (report["sides"], report["composed"], report["held_out"]) == (9, 15, 0)
+    assert len(composed.points) == 24 and len(composed.design["composed"]) == 15
+    measured, guessed = true_values(full), true_values(composed)
+    assert guessed.keys() == measured.keys()
+    for key in composed.design["composed"]:
+        # Feasibility carries over exactly: each config that did not fit has a train side
+        # that did not fit (micro-batch 64); throughput within 10% where both fit.
+        assert (guessed[key] > 0) == (measured[key] > 0), key
+        if measured[key] > 0:
+            assert guessed[key] == pytest.approx(measured[key], rel=0.10), key
+    # A search replays it as it replays a recorded landscape.
+    out = run_strategy(composed, "ours", seed=0)
+    assert out.runs > 0 and out.reach_cost_s is not None
+
+
+def test_held_out_configs_report_the_compositions_error(full, tmp_path, capsys) -> None:
+    # The full landscape: every config off the cross is measured, so all 15 are held out.
+    report_path, out_path = tmp_path / "report.json", tmp_path / "composed.json"
+    assert main([str(H200), "--report", str(report_path), "--out", str(out_path)]) == 0
+    text = capsys.readouterr().out
+    report = json.loads(report_path.read_text())
+    assert (report["held_out"], report["composed"], report["feasibility_mismatches"]) == (15, 0, 0)
+    assert report["both_feasible"] == 9
+    errors = [abs(r["error_pct"]) for r in report["configs"] if r["error_pct"] is not None]
+    assert report["abs_error_pct_max"] == pytest.approx(max(errors)) and max(errors) < 10
+    assert report["command"].startswith("python -m benchmarks.search.compose")
+    assert "held out (measured, compared)" in text and "feasibility mismatches: 0 of 15" in text
+    stored = Landscape.load(out_path)
+    assert stored.design["kind"] == "composed" and len(stored.design["held_out"]) == 15
+    assert len(stored.points) == 24
+
+
+def test_missing_sides_are_named(full, space) -> None:
+    sides = _sides_only(full, space)
+    cut = dataclasses.replace(sides, points=sides.points[1:])
+    with pytest.raises(DesignError, match="1 of the 9 configs on the cross are not recorded"):
+        compose(cut)
+    with pytest.raises(SystemExit):
+        main([str(H200), "--base", "no.such.knob=1"])
+
+
+def test_a_resumed_recording_keeps_its_design_and_refuses_another(full, space, tmp_path) -> None:
+    out = tmp_path / "sides.json"
+    design, configs = recorded_design(out, space, 3, 0, {})
+    assert design["kind"] == "cross" and len(configs) == 9 + 3
+    dataclasses.replace(full, points=[], design=design).save(out)
+    assert Landscape.load(out).design == design
+    assert recorded_design(out, space, 3, 0, {})[0] == design
+    with pytest.raises(DesignError, match="another cross design"):
+        recorded_design(out, space, 3, 1, {})
+    full.save(tmp_path / "full.json")
+    with pytest.raises(DesignError, match="holds no cross design"):
+        recorded_design(tmp_path / "full.json", space, 3, 0, {})
+
+
+def test_the_recorder_refuses_to_fill_a_cross_design_with_the_whole_grid(full, tmp_path, capsys) -> None:
+    job, out = tmp_path / "job.json", tmp_path / "sides.json"
+    job.write_text(full.spec.model_dump_json())
+    dataclasses.replace(full, points=[], design={"kind": "cross"}).save(out)
+    with pytest.raises(SystemExit):
+        record_main([str(job), str(out)])
+    assert "holds a cross design; record into it with --design cross" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        record_main([str(job), str(tmp_path / "new.json"), "--base", f"{GMU}=0.8"])
+    assert "add --design cross" in capsys.readouterr().err
