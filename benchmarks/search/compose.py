@@ -148,6 +148,8 @@ def _train_wall_s(run: TrialResult) -> float:
 
 
 def _is_actor_metric(name: str) -> bool:
+    if name.endswith("_at_s"):  # the composed run keeps the engine run's timeline
+        return False
     if name.endswith("_peak_memory_gib"):
         return name.removesuffix("_peak_memory_gib") not in ENGINE_PEAKS
     return name.startswith(ACTOR_METRIC_PREFIXES)
@@ -169,6 +171,8 @@ def compose_run(engine: TrialResult, actor: TrialResult, trial_id: str) -> Trial
     metrics |= {k: v for k, v in actor.metrics.items() if _is_actor_metric(k)}
     step_s = engine_s + actor_s
     metrics |= {"step_time_s": step_s, THROUGHPUT: per_gpu / step_s if step_s > 0 else 0.0}
+    if "train_start_at_s" in metrics:  # training takes the actor run's time on this timeline
+        metrics["train_end_at_s"] = metrics["train_start_at_s"] + _train_wall_s(actor)
     peaks = [v for k, v in metrics.items() if k.endswith("_peak_memory_gib") and k != PEAK_MEMORY]
     if peaks:
         metrics[PEAK_MEMORY] = max(peaks)

@@ -13,7 +13,7 @@ import pytest
 
 from autotuner.knobs import A, R
 from autotuner.records import config_key
-from autotuner.replay import Landscape
+from autotuner.replay import Landscape, engine_seconds
 from autotuner.space import SearchSpace
 from benchmarks.search.compare import run_strategy, true_values
 from benchmarks.search.compose import (
@@ -95,6 +95,21 @@ def test_a_composed_run_of_a_runs_own_two_sides_is_that_run(full) -> None:
     assert same.wall_s == pytest.approx(run.wall_s)
     assert same.phase_timings_s == run.phase_timings_s
     assert same.metrics[PEAK_MEMORY] == pytest.approx(run.metrics[PEAK_MEMORY])
+
+
+def test_a_composed_run_keeps_the_engine_runs_timeline_with_the_actor_runs_training(full) -> None:
+    engine, actor = (full.points[i].runs[0] for i in (12, 1))  # gmu 0.8 and 0.5: two hosts
+    assert engine.ok and actor.ok
+    out = compose_run(engine, actor, "x")
+    m, e, a = out.metrics, engine.metrics, actor.metrics
+    train = a["train_end_at_s"] - a["train_start_at_s"]
+    assert m["train_end_at_s"] - m["train_start_at_s"] == pytest.approx(train)
+    assert engine_seconds(out) == pytest.approx(engine_seconds(engine))
+    assert out.wall_s == pytest.approx(engine.wall_s - (e["train_end_at_s"] - e["train_start_at_s"]) + train)
+    assert m["rollout_peak_memory_gib"] == e["rollout_peak_memory_gib"]
+    assert m["train_peak_memory_gib"] == a["train_peak_memory_gib"]
+    assert out.phase_timings_s["update_actor"] == actor.phase_timings_s["update_actor"]
+    assert out.phase_timings_s["rollout"] == engine.phase_timings_s["rollout"]
 
 
 def test_a_side_that_did_not_fit_is_the_composed_runs_failure(full) -> None:
