@@ -182,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.base and args.design is None:
         parser.error("--base sets a cross design's base; add --design cross")
+    if args.held_out < 0:
+        parser.error(f"--held-out {args.held_out}: want 0 or more configs off the cross")
     command = "python -m benchmarks.search.record " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
     )

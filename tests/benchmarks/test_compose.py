@@ -188,3 +188,6 @@ def test_the_recorder_refuses_to_fill_a_cross_design_with_the_whole_grid(full, t
     with pytest.raises(SystemExit):
         record_main([str(job), str(tmp_path / "new.json"), "--base", f"{GMU}=0.8"])
     assert "add --design cross" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        record_main([str(job), str(tmp_path / "new.json"), "--design", "cross", "--held-out", "-1"])
+    assert "--held-out -1: want 0 or more" in capsys.readouterr().err
