@@ -26,6 +26,9 @@ request), with a budget of as many trials as the landscape has configs:
 All of them share the loop's bookkeeping: a config is never run twice (its duplicates
 cost nothing) and invalid proposals are never run.
 
+A landscape composed from measured sides (``search/compose.py``) replays the same way; the
+result names how many of its configs are composed and the composition's measured error.
+
 Scores, per strategy, over the seeds (median and range): GPU-seconds (recorded trial
 wall time, start-up included, x GPUs; skipped proposals cost 0) until the best config
 run so far is within 97% of the landscape's best; the best found once 25% of the full
@@ -215,6 +218,10 @@ def compare(
             "runs": sum(len(p.runs) for p in landscape.points),
             "best_throughput": max(values.values()),
             "grid_cost_s": grid_cost(landscape),
+            # A composed landscape (search/compose.py): how many configs are composed, and the
+            # composition's error on the held-out configs.
+            "composed": len(landscape.design.get("composed", [])),
+            "composition": landscape.design.get("composition"),
         },
         "reach_fraction": REACH,
         "early_cost_fraction": EARLY_COST,
@@ -253,6 +260,16 @@ def table(result: dict[str, Any]) -> str:
         f"{'best @25% grid cost (%)':>24} {'final pick (%)':>15} {'runs':>5} {'skipped':>8} "
         f"{'GPU-s total':>12}",
     ]
+    held = ls.get("composition")
+    if ls.get("composed") and held:
+        err = held["abs_error_pct_median"]
+        lines.insert(
+            1,
+            f"composed: {ls['composed']} of {ls['configs']} configs from measured sides; on "
+            f"{held['held_out']} held-out configs "
+            + ("-" if err is None else f"median |error| {err:.1f}%, worst {held['abs_error_pct_max']:.1f}%")
+            + f", {held['feasibility_mismatches']} feasibility mismatches",
+        )
     for name, agg in result["strategies"].items():
         reach = [x for x in agg["gpu_s_to_97pct"] if x is not None]
         lines.append(

@@ -15,7 +15,8 @@ from autotuner.knobs import A, R
 from autotuner.records import config_key
 from autotuner.replay import Landscape, engine_seconds
 from autotuner.space import SearchSpace
-from benchmarks.search.compare import run_strategy, true_values
+from benchmarks.search.compare import compare, run_strategy, true_values
+from benchmarks.search.compare import table as compare_table
 from benchmarks.search.compose import (
     DesignError,
     choose_base,
@@ -191,3 +192,17 @@ def test_the_recorder_refuses_to_fill_a_cross_design_with_the_whole_grid(full, t
     with pytest.raises(SystemExit):
         record_main([str(job), str(tmp_path / "new.json"), "--design", "cross", "--held-out", "-1"])
     assert "--held-out -1: want 0 or more" in capsys.readouterr().err
+
+
+def test_a_comparison_on_a_composed_landscape_names_the_composition(full, space) -> None:
+    sides = _sides_only(full, space)
+    # Two held-out configs measured beside the sides, as a cross design records them.
+    held = [p for p in full.points if p not in sides.points and p.runs[0].ok][:2]
+    composed, report = compose(dataclasses.replace(sides, points=sides.points + held))
+    assert (report["composed"], report["held_out"]) == (13, 2)
+    result = compare(composed, ["random"], seeds=1)
+    assert result["landscape"]["composed"] == 13
+    assert result["landscape"]["composition"]["held_out"] == 2
+    assert "composed: 13 of 24 configs from measured sides; on 2 held-out configs" in compare_table(result)
+    plain = compare(full, ["random"], seeds=1)
+    assert plain["landscape"]["composed"] == 0 and "composed:" not in compare_table(plain)
