@@ -54,6 +54,9 @@ MEASURED_STATUSES = (TrialStatus.OK, TrialStatus.OOM, TrialStatus.ERROR, TrialSt
 SKIPPED_STATUSES = (TrialStatus.PREDICTED_OOM, TrialStatus.INFERRED_OOM)
 # User attribute of a trial that re-runs an interrupted one: the interrupted trial's number.
 RETRY_OF = "retry_of"
+# User attribute of an interrupted trial that died while its knobs were being drawn: it
+# chose no config, so nothing of it is retried (``study.recover_interrupted``).
+PROPOSAL_CUT_OFF = "proposal_cut_off"
 # User attribute of a study: the per-device memory cap (GiB) its trials ran under, as the
 # job's runner computed it (the job's cluster.device_memory_gib, else its device's memory).
 MEMORY_CAP = "memory_cap_gib"

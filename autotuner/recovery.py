@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 from sqlalchemy import exc as sa_exc
 
 from autotuner.breaker import SAME_ERROR_IN_A_ROW, RepeatedErrorBreaker
-from autotuner.records import RETRY_OF, TrialStatus
+from autotuner.records import PROPOSAL_CUT_OFF, RETRY_OF, TrialStatus
 from storage import DatabaseUnavailableError
 from storage.driver_errors import is_transient
 
@@ -38,7 +38,8 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
 
     A retry is itself never retried: a config whose trial keeps taking the tuner down
     with it (its memory gets the service OOM-killed, say) runs twice, not forever. A
-    trial interrupted before its config was chosen has nothing to retry; nor has an
+    trial interrupted before its config was chosen (no params, or only some:
+    ``PROPOSAL_CUT_OFF``) has nothing to retry; nor has an
     interrupted re-measurement (``repeat_of``): the end's round of re-measurements counts
     the runs each finalist and baseline has and makes up the missing ones.
     """
@@ -50,6 +51,7 @@ def retry_interrupted(study: optuna.Study) -> list[int]:
             t.state != TrialState.FAIL
             or t.user_attrs.get("status") != TrialStatus.INTERRUPTED
             or not t.params
+            or t.user_attrs.get(PROPOSAL_CUT_OFF)  # some knobs drawn, not all: no config chosen
             or t.number in retried
             or RETRY_OF in t.user_attrs
             or t.user_attrs.get("repeat_of") is not None  # a re-run: the finalists' round makes it up

@@ -227,6 +227,19 @@ class SearchSpace:
         """Fixed values, then the sampled params, then derived keys; inapplicable knobs dropped."""
         return self._prune(self.fixed | params) | self.derived()
 
+    def chosen(self, params: dict[str, Any]) -> bool:
+        """Whether ``params`` hold every knob ``suggest`` asks for them: a proposal cut off
+        before its last knob was drawn (its database went away meanwhile) chose no config."""
+        ctx = self.context
+        partial: dict[str, Any] = dict(self.fixed)
+        for path in self.searched:
+            if not KNOBS[path].relevant(ctx, partial):
+                continue
+            if path not in params:
+                return False
+            partial[path] = params[path]
+        return True
+
     def suggest(self, trial: optuna.Trial) -> Proposal:
         """Sample a config define-by-run; conditional knobs are only asked when they apply."""
         ctx = self.context

@@ -71,7 +71,7 @@ from autotuner.proposals import (
     SearchState,
     waiting,
 )
-from autotuner.records import MEMORY_CAP, TrialRecord, TrialStatus, config_key, records
+from autotuner.records import MEMORY_CAP, PROPOSAL_CUT_OFF, TrialRecord, TrialStatus, config_key, records
 from autotuner.reuse import rollout_donor, rollout_key
 from autotuner.samplers import make_sampler
 from autotuner.space import SearchSpace
@@ -127,11 +127,16 @@ def recover_interrupted(study: optuna.Study, space: SearchSpace | None = None) -
 
     A trial can die between its proposal and the write of its config (the database went
     away in between); with ``space`` its config is rebuilt from its params, so the record
-    says what was interrupted (and what its retry runs)."""
+    says what was interrupted (and what its retry runs). One that died while its knobs were
+    being drawn (some params written, not all) chose no config: it is marked
+    ``PROPOSAL_CUT_OFF`` and has nothing to retry (``recovery.retry_interrupted``)."""
     numbers = []
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if space is not None and t.params and "config" not in t.user_attrs:
-            optuna_internals.set_user_attr(study, t, "config", space.full_config(dict(t.params)))
+            if space.chosen(dict(t.params)):
+                optuna_internals.set_user_attr(study, t, "config", space.full_config(dict(t.params)))
+            else:
+                optuna_internals.set_user_attr(study, t, PROPOSAL_CUT_OFF, True)
         optuna_internals.set_user_attr(study, t, "status", TrialStatus.INTERRUPTED)
         study.tell(t.number, state=TrialState.FAIL)
         numbers.append(t.number)

@@ -126,10 +126,13 @@ def test_a_job_outlives_a_database_crash(pg, tmp_path) -> None:
     try:
         with server.client() as api:
             job_id = submit(api, train_job(name="outage", budget={"max_trials": 3}))
+            # The next trial launched: its config chosen and written (a trial is "running"
+            # from its proposal on, while its knobs are still drawn).
             _until(
                 lambda: (
                     lambda t: (
-                        any(x["status"] in MEASURED for x in t) and any(x["status"] == "running" for x in t)
+                        any(x["status"] in MEASURED for x in t)
+                        and any(x["status"] == "running" and x["config"] for x in t)
                     )
                 )(trials_of(api, job_id)),
                 180,

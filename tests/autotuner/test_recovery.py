@@ -100,6 +100,47 @@ def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_pa
     [record] = records(study)
     assert record.status == "interrupted"
     assert record.config == space.full_config(params) and record.config
+    assert space.chosen(params)
+
+
+def test_a_trial_cut_off_while_its_knobs_were_drawn_chose_no_config_and_is_not_retried(tmp_path) -> None:
+    from autotuner.jobs import build_space
+
+    spec = parse_job_spec(
+        {
+            "name": "cut-off-mid-draw",
+            "workload": {
+                "model": "tiny",
+                "dtype": "float32",
+                "phases": "train",
+                "prompt_length": {"kind": "fixed", "value": 16},
+                "response_length": {"kind": "fixed", "value": 16},
+                "max_prompt_length": 16,
+                "max_response_length": 16,
+                "train_batch_size": 8,
+                "n": 1,
+                "ppo_mini_batch_size": 4,
+            },
+            "cluster": {"device": "cpu", "device_memory_gib": 2},
+            "search": {
+                "actor_rollout_ref.actor.use_dynamic_bsz": False,
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
+                "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
+            },
+        }
+    )
+    space = build_space(spec, "cpu", Settings(data_dir=tmp_path))
+    first, *rest = space.searched
+    assert rest
+    study = _study(tmp_path)
+    trial = study.ask()
+    params = {first: trial.suggest_categorical(first, space.searched[first])}
+    # the database went away here, before the other knobs were drawn
+    assert not space.chosen(params)
+    assert recover_interrupted(study, space) == [trial.number]
+    [record] = records(study)
+    assert record.status == "interrupted" and record.config == {}
+    assert retry_interrupted(study) == []
 
 
 def test_the_breaker_counts_identical_errors_in_a_row() -> None:
