@@ -22,6 +22,7 @@ from autotuner.recovery import (
     retry_interrupted,
 )
 from autotuner.settings import Settings
+from autotuner.space import SearchSpace
 from autotuner.spec import parse_job_spec
 from autotuner.study import recover_interrupted
 from storage import Database, DatabaseLockedError, DatabaseUnavailableError, JobStore
@@ -66,11 +67,9 @@ def test_an_interrupted_trial_runs_again_exactly_once(tmp_path) -> None:
     assert TrialState.WAITING not in states and TrialState.RUNNING not in states
 
 
-def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_params(
-    tmp_path,
-) -> None:
+def _train_space(tmp_path, search: dict) -> SearchSpace:
+    """The search space of a train-only tiny job over ``search``."""
     from autotuner.jobs import build_space
-    from autotuner.space import SearchSpace
 
     spec = parse_job_spec(
         {
@@ -88,10 +87,16 @@ def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_pa
                 "ppo_mini_batch_size": 4,
             },
             "cluster": {"device": "cpu", "device_memory_gib": 2},
-            "search": {"actor_rollout_ref.actor.use_dynamic_bsz": False},
+            "search": search,
         }
     )
-    space: SearchSpace = build_space(spec, "cpu", Settings(data_dir=tmp_path))
+    return build_space(spec, "cpu", Settings(data_dir=tmp_path))
+
+
+def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_params(
+    tmp_path,
+) -> None:
+    space = _train_space(tmp_path, {"actor_rollout_ref.actor.use_dynamic_bsz": False})
     study = _study(tmp_path)
     trial = study.ask()
     params = {path: trial.suggest_categorical(path, values) for path, values in space.searched.items()}
@@ -104,32 +109,14 @@ def test_an_interrupted_trial_whose_config_was_never_written_gets_it_from_its_pa
 
 
 def test_a_trial_cut_off_while_its_knobs_were_drawn_chose_no_config_and_is_not_retried(tmp_path) -> None:
-    from autotuner.jobs import build_space
-
-    spec = parse_job_spec(
+    space = _train_space(
+        tmp_path,
         {
-            "name": "cut-off-mid-draw",
-            "workload": {
-                "model": "tiny",
-                "dtype": "float32",
-                "phases": "train",
-                "prompt_length": {"kind": "fixed", "value": 16},
-                "response_length": {"kind": "fixed", "value": 16},
-                "max_prompt_length": 16,
-                "max_response_length": 16,
-                "train_batch_size": 8,
-                "n": 1,
-                "ppo_mini_batch_size": 4,
-            },
-            "cluster": {"device": "cpu", "device_memory_gib": 2},
-            "search": {
-                "actor_rollout_ref.actor.use_dynamic_bsz": False,
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
-                "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
-            },
-        }
+            "actor_rollout_ref.actor.use_dynamic_bsz": False,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": [1, 2],
+            "actor_rollout_ref.model.enable_gradient_checkpointing": [True, False],
+        },
     )
-    space = build_space(spec, "cpu", Settings(data_dir=tmp_path))
     first, *rest = space.searched
     assert rest
     study = _study(tmp_path)
