@@ -53,7 +53,9 @@ WORKLOAD = {
 
 class TrialProcesses(Poller):
     """Finds each trial's ``python -m trials run`` leader by its work directory and records
-    every process seen in its session (so one that left the session is still known)."""
+    every process seen in its session (so one that left the session is still known). The
+    leader leads its session: a process the trial forks shows the same command line until
+    it execs or renames itself (vLLM's EngineCore), and may be seen first in one poll."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -64,6 +66,11 @@ class TrialProcesses(Poller):
         for proc in psutil.process_iter(["pid", "cmdline"]):
             cmd = proc.info["cmdline"] or []
             if cmd[1:4] != ["-m", "trials", "run"] or "--spec" not in cmd:
+                continue
+            try:
+                if os.getsid(proc.pid) != proc.pid:
+                    continue
+            except OSError:  # ended meanwhile
                 continue
             folder = Path(cmd[cmd.index("--spec") + 1]).parent.name  # trial-<id>-xxxx
             self.leaders.setdefault(folder.removeprefix("trial-").rsplit("-", 1)[0], proc.pid)
@@ -132,6 +139,7 @@ def run_job(
     checks: dict[int, dict[str, Any]] = {}
     ids: dict[int, str] = {}
     threads: list[threading.Thread] = []
+    failed: dict[int, BaseException] = {}  # launch order -> what its action raised
 
     order: dict[int, int] = {}  # trial number -> launch order
 
@@ -139,7 +147,14 @@ def run_job(
         ids[number] = trial_id
         k = order.setdefault(number, len(order))
         if k in actions:
-            thread = threading.Thread(target=actions[k], args=(trial_id,), daemon=True)
+
+            def act(action: Callable[[str], None] = actions[k], k: int = k) -> None:
+                try:
+                    action(trial_id)
+                except BaseException as exc:  # reported by the test, not lost in a thread
+                    failed[k] = exc
+
+            thread = threading.Thread(target=act, daemon=True)
             threads.append(thread)
             thread.start()
 
@@ -156,25 +171,37 @@ def run_job(
         ctx.database.dispose()
     for thread in threads:
         thread.join(5)
+    for k, exc in failed.items():
+        # An action that missed its moment leaves a trial that proves nothing: say why.
+        raise AssertionError(f"the action on launched trial {k} failed: {exc}") from exc
     return summary, recorded, checks
 
 
 def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process:
-    """vLLM's EngineCore process under the trial, looked for until ``timeout_s`` (on a loaded
-    machine the engine's start-up takes minutes, and it shows its name a moment after it
-    began)."""
+    """vLLM's EngineCore process in the trial's session, looked for until ``timeout_s`` (on
+    a loaded machine the engine's start-up takes minutes, and it shows its name a moment
+    after it began). The session, not the leader's descendants: one found there is the
+    trial's whichever process started it. Says what it saw when it fails."""
     deadline = time.monotonic() + timeout_s
+    seen: set[str] = set()
     while time.monotonic() < deadline:
-        try:
-            children = leader.children(recursive=True)
-        except psutil.NoSuchProcess as exc:
-            raise AssertionError("the trial ended before its EngineCore process was seen") from exc
-        for proc in children:
+        members = session_processes(leader.pid)
+        if not members:
+            raise AssertionError(
+                "the trial ended before its EngineCore process was seen; processes seen in "
+                f"its session: {sorted(seen)}"
+            )
+        for pid in members:
             with contextlib.suppress(psutil.Error):
-                if "EngineCore" in proc.name() or any("EngineCore" in part for part in proc.cmdline()):
+                proc = psutil.Process(pid)
+                title = " ".join([proc.name(), *proc.cmdline()[:1]])
+                seen.add(title)
+                if "EngineCore" in title:
                     return proc
         time.sleep(0.05)
-    raise AssertionError(f"no EngineCore process under the trial after {timeout_s:g} s")
+    raise AssertionError(
+        f"no EngineCore process in the trial's session after {timeout_s:g} s; seen: {sorted(seen)}"
+    )
 
 
 def kill_in(
