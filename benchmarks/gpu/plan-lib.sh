@@ -1,4 +1,4 @@
-# Sourced by the GPU plans (scale-out-x4.sh, session5-x4.sh, session6-x4.sh): run pieces of GPU work on chosen
+# Sourced by the GPU plans (scale-out-x4.sh, sglang-cause-x4.sh, tp-sweep-fixed-x4.sh): run pieces of GPU work on chosen
 # GPUs of one host, detached, each waiting for the GPUs it needs. Logs in /tmp/at/logs.
 LANDSCAPE_JOB=${LANDSCAPE_JOB:-benchmarks/search/jobs/qwen2.5-1.5b-h200-landscape.yaml}
 LANDSCAPE=${LANDSCAPE:-/tmp/at/landscape/qwen2.5-1.5b-h200.json}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On a 4-GPU H200 host, after setup-host.sh and setup-sglang.sh: the GPU work of the
-# scale-out, SGLang and search-benchmark issues in one detached run, GPUs handed from one
+# scale-out, SGLang and search benchmarks in one detached run, GPUs handed from one
 # piece to the next as they free up (start it with setsid; poll.sh collects the results):
 #   1. GPUs 0-3: the Qwen2-7B TP 1/2/4 job (qwen2-7b-grpo-8gpu-tp.yaml) on 4 GPUs.
 #   2. GPUs 0,1: the same job on 2 GPUs.  Beside it, GPUs 2,3: the SGLang smoke test

@@ -7,9 +7,9 @@
 #      GPU 2, vLLM on GPU 3), then a recorder each, until the landscape is full.
 #   2. GPUs 0-3: the controlled TP sweep (jobs/qwen2-7b-grpo-8gpu-tp-sweep.yaml: TP 1, 2, 4
 #      with the TP job's best train knobs).
-# usage: setsid nohup bash benchmarks/gpu/session5-x4.sh > /tmp/at/logs/plan.out 2>&1 &
+# usage: setsid nohup bash benchmarks/gpu/sglang-cause-x4.sh > /tmp/at/logs/plan.out 2>&1 &
 set -uo pipefail
-export STUDY_PLAN="bash benchmarks/gpu/session5-x4.sh"
+export STUDY_PLAN="bash benchmarks/gpu/sglang-cause-x4.sh"
 source benchmarks/gpu/plan-lib.sh
 echo $$ > /tmp/at/logs/plan.pid
 [ -f "$LANDSCAPE" ] || cp benchmarks/search/landscapes/qwen2.5-1.5b-h200.json "$LANDSCAPE"
