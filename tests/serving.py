@@ -42,7 +42,24 @@ class Server:
         self.env.update({"AUTOTUNER_DATA_DIR": str(data_dir), "AUTOTUNER_RAY_NUM_CPUS": "2", **env})
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout_s: float = 120) -> Server:
+    def start(self, timeout_s: float = 120, port_tries: int = 3) -> Server:
+        """Start the server and wait until it answers. The port was free when chosen, but
+        another process (a Ray of a test beside this one) may bind it before the server
+        does: then the server starts again on another free port, ``port_tries`` times."""
+        for attempt in range(port_tries):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            if self._start(timeout_s):
+                return self
+            said = self.log_path.read_bytes()[logged:]
+            if b"address already in use" not in said or attempt == port_tries - 1:
+                break
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        assert self.proc is not None
+        raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
+
+    def _start(self, timeout_s: float) -> bool:
+        """Launch the server; True once it answers, False if it exited first."""
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "autotuner.cli", "serve", "--port", str(self.port)],
@@ -56,10 +73,11 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
+                self._sweep()  # what it started (its Ray) goes with it
+                return False
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url + "/healthz", timeout=2).status_code == 200:
-                    return self
+                    return True
             time.sleep(0.5)
         self.kill()
         raise AssertionError(f"the server did not answer in {timeout_s} s:\n{self.log()}")
