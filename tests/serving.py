@@ -37,14 +37,17 @@ class Server:
     def __init__(self, data_dir: Path, log_path: Path, **env: str) -> None:
         self.data_dir, self.log_path = data_dir, log_path
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.env = {k: v for k, v in os.environ.items() if k not in LEFT_OUT}
         self.env.update({"AUTOTUNER_DATA_DIR": str(data_dir), "AUTOTUNER_RAY_NUM_CPUS": "2", **env})
         self.proc: subprocess.Popen[bytes] | None = None
 
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
     def start(self, timeout_s: float = 120, port_tries: int = 3) -> Server:
         """Start the server and wait until it answers. The port was free when chosen, but
-        another process (a Ray of a test beside this one) may bind it before the server
+        another process may bind it before the server
         does: then the server starts again on another free port, ``port_tries`` times."""
         for attempt in range(port_tries):
             logged = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -54,7 +57,6 @@ class Server:
             if b"address already in use" not in said or attempt == port_tries - 1:
                 break
             self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
         assert self.proc is not None
         raise AssertionError(f"the server exited ({self.proc.returncode}):\n{self.log()}")
 
