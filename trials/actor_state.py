@@ -48,6 +48,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -333,6 +334,24 @@ def _to_cpu(module: torch.nn.Module) -> None:
 
 def _empty_cache(device: torch.device) -> None:
     if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+@contextmanager
+def train_allocator(device: str, expandable_segments: bool) -> Iterator[None]:
+    """The CUDA caching allocator as verl's training worker has it while it trains: with
+    expandable segments, which verl v0.9 turns on after each weight sync and off again,
+    its cache emptied, before the next (``workers/engine_workers.py``, ``update_weights``;
+    vLLM's sleep mode refuses them, so they are never on while the engine wakes). Not on
+    the CPU, nor where ``expandable_segments`` is False (the allocator's default)."""
+    if device != "cuda" or not expandable_segments:
+        yield
+        return
+    torch.cuda.memory._set_allocator_settings("expandable_segments:True")
+    try:
+        yield
+    finally:
+        torch.cuda.memory._set_allocator_settings("expandable_segments:False")
         torch.cuda.empty_cache()
 
 

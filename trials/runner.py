@@ -21,7 +21,9 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    memory (``sleep``); an engine that cannot sleep (vLLM on CPU) is shut down instead.
    Without ``free_cache_engine`` the engine stays resident through training and the
    train phase's cap shrinks by its share, ``cap * (1 - gpu_memory_utilization)``.
-4. ``old_log_prob``, ``ref_log_prob``, ``update_actor`` (``train``), under the cap.
+4. ``old_log_prob``, ``ref_log_prob``, ``update_actor`` (``train``), under the cap, the CUDA
+   allocator with expandable segments as verl's training worker has it then
+   (``train.expandable_segments``; ``train_expandable_segments`` records it).
 5. ``engine_wake`` (with both phases): the next step's hand-over, as verl's
    ``rollout_mode`` does it: actor parameters in (``param_offload``), engine weights
    woken, parameters out, allocator cache emptied, KV cache woken.
@@ -447,13 +449,21 @@ class _Trial:
     # 4. train
     def train_phase(self, engine_resident: bool) -> None:
         """The actor's sub-phases; ``engine_resident``: the engine holds its memory meanwhile."""
+        from trials.actor_state import train_allocator
         from trials.train import run_train
 
+        spec = self.spec
+        expandable = spec.device == "cuda" and spec.train.expandable_segments
         self.metrics["engine_resident_in_train"] = float(engine_resident)
+        self.metrics["train_expandable_segments"] = float(expandable)
         self.mark("train_start")
         cap = self.train_cap_gib(engine_resident)
-        with self.sampled("train"), device_memory_cap(self.spec.device, cap):
-            run_train(self.spec, self.dtype, self.metrics, self.timings, self.actor, self.cut)
+        with (
+            self.sampled("train"),
+            device_memory_cap(spec.device, cap),
+            train_allocator(spec.device, spec.train.expandable_segments),
+        ):
+            run_train(spec, self.dtype, self.metrics, self.timings, self.actor, self.cut)
         self.mark("train_end")
 
     def train_cap_gib(self, engine_resident: bool) -> float | None:

@@ -110,6 +110,10 @@ class TrainKnobs:
     # ``trials.actor_state``). A job's trials get ``autotuner.trialspec.actor_strategy``'s
     # choice; this default serves specs built by hand.
     strategy: str = "fsdp2"
+    # The CUDA allocator's expandable segments through the train sub-phases, as verl v0.9's
+    # training worker has them (``trials.actor_state.train_allocator``); False: the
+    # allocator's default, a control for benchmarks.
+    expandable_segments: bool = True
 
 
 @dataclass

@@ -83,6 +83,13 @@ from benchmarks.claims.top import (
 )
 from benchmarks.claims.verl_clock import verl_clock, verl_clock_passes, verl_clock_transformers
 from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
+from benchmarks.claims.verl_lanes import (
+    verl_lanes,
+    verl_lanes_controls,
+    verl_lanes_forwards,
+    verl_lanes_headline,
+    verl_lanes_top,
+)
 from benchmarks.claims.verl_three import verl_three, verl_three_headline, verl_three_top
 from benchmarks.claims.verl_trace import (
     verl_batching,
@@ -111,6 +118,10 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("verl-lanes", verl_lanes),
+    Claim("verl-lanes-headline", verl_lanes_headline),
+    Claim("verl-lanes-forwards", verl_lanes_forwards),
+    Claim("verl-lanes-controls", verl_lanes_controls),
     Claim("verl-h200", verl_h200),
     Claim("verl-h200-headline", verl_h200_headline),
     Claim("verl-h200-micro-batches", verl_h200_micro_batches),
@@ -159,6 +170,7 @@ CLAIMS: list[Claim] = [
     Claim("engines-top", engines_top),
     Claim("verl-compare-top", verl_compare_top),
     Claim("verl-h200-top", verl_h200_top),
+    Claim("verl-lanes-top", verl_lanes_top),
     Claim("verl-three-top", verl_three_top),
     Claim("load-test", load_test),
     # search/README.md

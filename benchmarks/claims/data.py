@@ -147,3 +147,38 @@ def trial_timer(trial: dict[str, Any], key: str) -> float:
     if key == "timing_s/step":
         return float(trial["step_time_s"])
     return as_verl_timers(trial["phase_timings_s"])[key]
+
+
+def verl_steps(verl: dict[str, Any]) -> list[dict[str, float]]:
+    """A verl run's measured steps (those after its warm-up), from ``verl_compare``'s row."""
+    return verl["steps"][verl.get("warmup_steps", 1) :]
+
+
+def verl_median(verl: dict[str, Any], key: str) -> float:
+    """The median of ``key`` (a metric verl logs) over a verl run's measured steps."""
+    return statistics.median(step[key] for step in verl_steps(verl))
+
+
+def ranked(
+    verl: dict[str, float], trial: dict[str, float], configs: Sequence[str]
+) -> tuple[list[str], list[str], dict[str, float], list[str]]:
+    """Configs by verl's throughput and by the trials', fastest first; each config's error
+    (trial / verl - 1); those within the 10% target."""
+    errors = {c: trial[c] / verl[c] - 1 for c in configs}
+    return (
+        sorted(configs, key=lambda c: -verl[c]),
+        sorted(configs, key=lambda c: -trial[c]),
+        errors,
+        [c for c in configs if abs(errors[c]) <= 0.10],
+    )
+
+
+def targets(verl: dict[str, float], same_order: bool, within: list[str], configs: Sequence[str]) -> str:
+    """The verl comparisons' targets, each met or missed: the winner at least 1.2x verl's
+    defaults in verl, the trials' ranking verl's, every config's error within 10%."""
+    return (
+        f"Targets: the winner at least 1.2x verl's defaults in verl: "
+        f"{'met' if verl['winner'] >= 1.2 * verl['defaults'] else 'missed'}; the same ranking: "
+        f"{'met' if same_order else 'missed'}; every config's error within 10%: "
+        f"{len(within)} of {len(configs)} ({', '.join(within) or 'none'})."
+    )

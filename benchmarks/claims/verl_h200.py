@@ -9,7 +9,19 @@ import statistics
 from typing import Any
 
 from autotuner.noise import spread_pct
-from benchmarks.claims.data import Line, error_pct, generated_from, load, span, table, trial_timer
+from benchmarks.claims.data import (
+    Line,
+    error_pct,
+    generated_from,
+    load,
+    ranked,
+    span,
+    table,
+    targets,
+    trial_timer,
+    verl_median,
+    verl_steps,
+)
 from benchmarks.claims.verl_clock import CLOCK
 from benchmarks.claims.verl_three import TIMERS as THREE_TIMERS
 from trials.verl.trace import micro_batches
@@ -38,14 +50,6 @@ def _verl(config: str) -> tuple[str, dict[str, Any]]:
     return found
 
 
-def _measured(verl: dict[str, Any]) -> list[dict[str, float]]:
-    return verl["steps"][verl.get("warmup_steps", 1) :]
-
-
-def _verl_median(verl: dict[str, Any], key: str) -> float:
-    return statistics.median(step[key] for step in _measured(verl))
-
-
 def _trials_beside(config: str) -> tuple[str, list[dict[str, Any]]]:
     """The host of verl's run of ``config`` and the trials of it on that host."""
     host, _ = _verl(config)
@@ -54,7 +58,7 @@ def _trials_beside(config: str) -> tuple[str, list[dict[str, Any]]]:
 
 def _throughputs() -> tuple[dict[str, float], dict[str, float]]:
     """Per config: verl's median step throughput, and the median of the trials beside it."""
-    verl = {c: _verl_median(_verl(c)[1], "perf/throughput") for c in CONFIGS}
+    verl = {c: verl_median(_verl(c)[1], "perf/throughput") for c in CONFIGS}
     trial = {c: statistics.median(t["throughput"] for t in _trials_beside(c)[1]) for c in CONFIGS}
     return verl, trial
 
@@ -67,7 +71,7 @@ def verl_h200() -> list[Line]:
     for config in CONFIGS:
         host, verl = _verl(config)
         _, trials = _trials_beside(config)
-        measured = [s["perf/throughput"] for s in _measured(verl)]
+        measured = [s["perf/throughput"] for s in verl_steps(verl)]
         predicted = statistics.median(t["throughput"] for t in trials)
         rows.append(
             (
@@ -84,7 +88,7 @@ def verl_h200() -> list[Line]:
         )
         for name, key in TIMERS.items():
             mine = statistics.median(trial_timer(t, key) for t in trials)
-            theirs = _verl_median(verl, key)
+            theirs = verl_median(verl, key)
             rows.append(
                 (
                     [config, f"{name}, s", f"{mine:.2f}", error_pct(mine, theirs), f"{theirs:.2f}"],
@@ -108,17 +112,14 @@ def verl_h200() -> list[Line]:
 
 def verl_h200_headline() -> list[Line]:
     verl, trial = _throughputs()
-    verl_order = sorted(CONFIGS, key=lambda c: -verl[c])
-    trial_order = sorted(CONFIGS, key=lambda c: -trial[c])
-    errors = {c: trial[c] / verl[c] - 1 for c in CONFIGS}
-    within = [c for c in CONFIGS if abs(errors[c]) <= 0.10]
+    verl_order, trial_order, errors, within = ranked(verl, trial, CONFIGS)
     hosts = {c: _verl(c)[0] for c in CONFIGS}
     ended = [_verl(c)[1] for c in CONFIGS]
     worst = max(CONFIGS, key=lambda c: abs(errors[c]))
     _, worst_verl = _verl(worst)
     worst_trials = _trials_beside(worst)[1]
     phase_errors = {
-        name: statistics.median(trial_timer(t, key) for t in worst_trials) / _verl_median(worst_verl, key) - 1
+        name: statistics.median(trial_timer(t, key) for t in worst_trials) / verl_median(worst_verl, key) - 1
         for name, key in TIMERS.items()
         if name not in ("step", "weight sync")
     }
@@ -149,10 +150,7 @@ def verl_h200_headline() -> list[Line]:
         ),
         Line(""),
         Line(
-            f"Targets: the winner at least 1.2x verl's defaults in verl: "
-            f"{'met' if verl['winner'] >= 1.2 * verl['defaults'] else 'missed'}; the same ranking: "
-            f"{'met' if trial_order == verl_order else 'missed'}; every config's error within 10%: "
-            f"{len(within)} of {len(CONFIGS)} ({', '.join(within) or 'none'}).",
+            targets(verl, trial_order == verl_order, within, CONFIGS),
             (VERL_H200,),
         ),
         Line(""),

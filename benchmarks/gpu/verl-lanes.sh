@@ -11,6 +11,11 @@
 # names /tmp/verl-transformers, which holds verl's transformers (5.10.4, with the tokenizers
 # and huggingface-hub it takes, linked from verl's folder) and nothing else, so that a lane's
 # trials run the model code verl runs (each trial records the transformers it ran).
+# LANE_0_THEN, ...: a second comparison on that lane's GPU once its first has ended (its own
+# output, merged with the rest).
+# LANE_CPUS=numa: each lane runs on its share of its GPU's CPUs (lane_cpus.py: the cores NVML
+# names near the GPU, split evenly among the lanes whose GPUs share them), as a host of one
+# GPU would give it its own cores; unset: the lanes share all of the host's CPUs.
 # usage: LANE_0="--config defaults ..." LANE_1="--config example ..." \
 #          setsid nohup bash benchmarks/gpu/verl-lanes.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz, the merged
@@ -26,22 +31,39 @@ if compgen -e | grep -qE '^LANE_PYTHONPATH_'; then
     for info in /tmp/site-verl/$pkg-*.dist-info; do ln -sfn "$info" /tmp/verl-transformers/; done
   done
 fi
-for lane in $(compgen -e | grep -E '^LANE_[0-9]+$' | sort); do
-  gpu=${lane#LANE_}
-  out=/tmp/at/probe-verl/lane-$gpu.json
-  outs+=("$out")
-  prefix_var=LANE_PYTHONPATH_$gpu
-  prefix=${!prefix_var:-}
+lanes=$(compgen -e | grep -E '^LANE_[0-9]+$' | sort)
+declare -A cpus=()
+if [ "${LANE_CPUS:-}" = numa ]; then
+  nvidia-smi topo -m > /tmp/at/logs/topo.txt 2>&1
+  # shellcheck disable=SC2086
+  while read -r gpu list; do cpus[$gpu]=$list; done < <(python3 -m benchmarks.gpu.lane_cpus ${lanes//LANE_/})
+fi
+compare() {  # GPU ARGS OUT LOG: one comparison on that GPU (on its lane's CPUs where pinned)
+  local gpu=$1 args=$2 out=$3 prefix_var=LANE_PYTHONPATH_$1 pin=()
+  local prefix=${!prefix_var:-}
   [ "$prefix" = verl-transformers ] && prefix=/tmp/verl-transformers
-  log "lane $gpu: verl_compare ${!lane}${prefix:+ (PYTHONPATH first: $prefix)}"
+  [ -n "${cpus[$gpu]:-}" ] && pin=(taskset -c "${cpus[$gpu]}")
+  log "lane $gpu: verl_compare $args${prefix:+ (PYTHONPATH first: $prefix)}${pin:+ (CPUs ${cpus[$gpu]})}"
   # shellcheck disable=SC2086
   PYTHONPATH=${prefix:+$prefix:}$PYTHONPATH CUDA_VISIBLE_DEVICES=$gpu VLLM_CACHE_ROOT=/tmp/at/vllm-cache-$gpu \
     TORCHINDUCTOR_CACHE_DIR=/tmp/at/inductor-$gpu TRITON_CACHE_DIR=/tmp/at/triton-$gpu \
-    python3 -m benchmarks.gpu.verl_compare --job "$job" ${!lane} \
-    --cache-dir /tmp/at/verl-cache-$gpu --out "$out" > /tmp/at/logs/verl-$gpu.log 2>&1 &
+    "${pin[@]}" python3 -m benchmarks.gpu.verl_compare --job "$job" $args \
+    --cache-dir /tmp/at/verl-cache-$gpu --out "$out" >> "$4" 2>&1
+}
+for lane in $lanes; do
+  gpu=${lane#LANE_}
+  then_var=${lane}_THEN
+  outs+=(/tmp/at/probe-verl/lane-$gpu.json)
+  [ -n "${!then_var:-}" ] && outs+=(/tmp/at/probe-verl/lane-$gpu-then.json)
+  (compare "$gpu" "${!lane}" /tmp/at/probe-verl/lane-$gpu.json /tmp/at/logs/verl-$gpu.log
+   if [ -n "${!then_var:-}" ]; then
+     compare "$gpu" "${!then_var}" /tmp/at/probe-verl/lane-$gpu-then.json /tmp/at/logs/verl-$gpu.log
+   fi) &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 log "lanes done"
-python3 -m benchmarks.gpu.verl_compare merge "${outs[@]}" --out /tmp/at/probe-verl/compare.json
+present=()
+for o in "${outs[@]}"; do [ -f "$o" ] && present+=("$o"); done
+python3 -m benchmarks.gpu.verl_compare merge "${present[@]}" --out /tmp/at/probe-verl/compare.json
 log "plan done"

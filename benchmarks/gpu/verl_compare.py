@@ -402,6 +402,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the FSDP the trials build the actor and the ref with (default: the trials' own); "
         "given more than once, each config gets one trial per strategy in each round",
     )
+    parser.add_argument(
+        "--no-expandable-segments",
+        action="store_true",
+        help="the trials train with the CUDA allocator's default, not with the expandable "
+        "segments verl's training worker turns on (a control)",
+    )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -440,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
                     tspec = build_trial_spec(spec, arch, config, f"{name}-t{rnd}", "cuda", cap)
                     if strategy:
                         tspec.train.strategy = strategy
+                    tspec.train.expandable_segments = not args.no_expandable_segments
                     if args.verl_pythonpath and not args.no_verl_cut:
                         tspec.verl_cut_env = {"python": sys.executable, "PYTHONPATH": args.verl_pythonpath}
                     print(

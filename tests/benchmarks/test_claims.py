@@ -43,6 +43,7 @@ def _edit_inside(text: str, name: str, old: str, new: str) -> str:
         (BENCHMARKS, "defaults-spread", "10.8%", "1.9%"),  # the run-to-run spread, typed over
         (BENCHMARKS, "packed-job", "| 6962 (n=1) |", "| 6992 (n=1) |"),  # a throughput in a table
         (BENCHMARKS, "engines-headline", "vLLM 32.6 s", "vLLM 40.7 s"),  # a median, typed by hand
+        (BENCHMARKS, "verl-lanes", "| +28.4% |", "| +18.4% |"),  # a prediction's error
         (TOP, "search-h200-headline", "median 467 GPU-seconds", "median 367 GPU-seconds"),
         (TOP, "packed-job-top", "ran at 5916 tokens/s/GPU", "ran at 5961 tokens/s/GPU"),
         (TOP, "engines-top", "leaves 14% fewer", "leaves 4% fewer"),
@@ -156,3 +157,5 @@ def test_single_runs_without_measured_noise_make_no_claim_and_gaps_inside_the_sp
     engines = "\n".join(line.text for line in PARTS["engines-top"])
     assert "all ties within the 10.8% run-to-run spread" in engines
     assert "1.052x, a tie within the 10.8% run-to-run spread" in engines
+    allocator = PARTS["verl-lanes-controls"][0].text
+    assert "Medians 4347 against 4110 (1.058x), the band their spreads give 9.0%: a tie." in allocator

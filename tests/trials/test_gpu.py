@@ -245,6 +245,7 @@ def test_colocated_qwen_half_b_step_on_cuda():
     assert m["actor_ready_at_s"] <= m["engine_start_at_s"] < m["engine_ready_at_s"]
     assert m["engine_released_at_s"] <= m["train_start_at_s"]
     assert m["engine_resident_in_train"] == 0 and m["engine_sleep_s"] > 0
+    assert m["train_expandable_segments"] == 1  # verl's training worker trains with them
     assert m["train_peak_memory_gib"] < m["rollout_peak_memory_gib"] / 2
     assert m["engine_wake_s"] > 0 and m["actor_reload_s"] > 0
     assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
@@ -253,6 +254,32 @@ def test_colocated_qwen_half_b_step_on_cuda():
     for name in ("startup", "rollout", "train", "wake"):
         assert m[f"{name}_peak_memory_gib"] > 0, name
     assert m["gpu_memory_after_gib"] < spec.gpu_clean_threshold_gib
+
+
+def test_the_train_allocator_maps_expandable_segments_only_inside():
+    # In a process of its own: the allocator's settings are the process's.
+    code = """
+import torch
+from trials.actor_state import train_allocator
+
+def expandable(t):
+    p = t.data_ptr()
+    segs = [s for s in torch.cuda.memory_snapshot() if s["address"] <= p < s["address"] + s["total_size"]]
+    return segs[0]["is_expandable"]
+
+before = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+with train_allocator("cuda", True):
+    inside = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    flags = [expandable(before), expandable(inside)]
+del inside
+after = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+with train_allocator("cuda", False):
+    control = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+print(flags + [expandable(after), expandable(control)])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-4:] == ["[False,", "True,", "False,", "False]"]
 
 
 @pytest.mark.engine
