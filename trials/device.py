@@ -89,13 +89,21 @@ def dtype_bits(name: str) -> float:
 SOFTWARE_PACKAGES = ("torch", "transformers", "flash_attn", "vllm", "sglang", "verl")
 
 
+def host_cpus() -> dict[str, str]:
+    """The host's processor as this process meets it: its model, the CPUs this process may
+    run on (``cpu_cores``: its affinity) and the CPUs the host has (``host_cpus``, what
+    ``os.cpu_count()`` tells programs sizing their thread pools). verl's host work per
+    micro-batch sets its pace on some hosts, so a step time is a host's as much as a GPU's."""
+    return {"cpu": cpu_model_name(), "cpu_cores": str(cpu_cores()), "host_cpus": str(os.cpu_count() or 0)}
+
+
 def software(device: str, engine: str) -> dict[str, str]:
     """What a trial measures with: the versions of the packages it imports (those present
-    in its environment), the actor's attention kernel, and on CUDA the CUDA runtime, the
-    driver and the GPU's name."""
+    in its environment), the actor's attention kernel, the host's processor
+    (``host_cpus``), and on CUDA the CUDA runtime, the driver and the GPU's name."""
     from importlib import metadata
 
-    out: dict[str, str] = {"engine": engine}
+    out: dict[str, str] = {"engine": engine, **host_cpus()}
     for name in SOFTWARE_PACKAGES:
         try:
             out[name] = metadata.version(name.replace("_", "-"))

@@ -84,6 +84,8 @@ from benchmarks.claims.top import (
 from benchmarks.claims.verl_clock import verl_clock, verl_clock_passes, verl_clock_transformers
 from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
 from benchmarks.claims.verl_lanes import (
+    host_speed,
+    host_speed_headline,
     verl_lanes,
     verl_lanes_controls,
     verl_lanes_forwards,
@@ -122,6 +124,8 @@ CLAIMS: list[Claim] = [
     Claim("verl-lanes-headline", verl_lanes_headline),
     Claim("verl-lanes-forwards", verl_lanes_forwards),
     Claim("verl-lanes-controls", verl_lanes_controls),
+    Claim("host-speed", host_speed),
+    Claim("host-speed-headline", host_speed_headline),
     Claim("verl-h200", verl_h200),
     Claim("verl-h200-headline", verl_h200_headline),
     Claim("verl-h200-micro-batches", verl_h200_micro_batches),

@@ -13,13 +13,11 @@ from benchmarks.claims import data
 from benchmarks.claims.data import Line, error_pct, generated_from, load, span, table
 from benchmarks.claims.verl_h200 import TIMERS, VERL_H200
 from benchmarks.claims.verl_h200 import _rows as one_gpu_rows
-from benchmarks.gpu.verl_trace import rows as trace_rows
 from trials.verl.trace import micro_batches
 
 LANES = "results/verl-qwen2.5-1.5b-h200x4-lanes.json"
 CONFIGS = ("defaults", "example", "winner")
 ALLOC = "example_alloc_default"  # the example's trials with the allocator's default
-PROFILED = "example_profiled"  # the example's trial and verl run under torch's profiler
 FORWARDS = ("old_log_prob", "ref_log_prob")
 
 
@@ -251,26 +249,15 @@ def verl_lanes_controls() -> list[Line]:
     )
     verl_kernels = 1000 * (profiles["verl"]["device_kernel_s"] - annotations) / per["verl"]
     alloc_gpus = {t["gpus"] for t in alloc}
-
-    def forwards(config: str, quiet: bool | None) -> tuple[list[float], list[float]]:
-        """Busy cores and s per micro-batch of ``config``'s measured old_log_prob passes (those
-        after the profiled step, 2, for the profiled run)."""
-        verl = _verl(config)
-        found = [
-            r
-            for r in trace_rows(verl)
-            if r["phase"] == "old_log_prob" and r["step"] > verl.get("warmup_steps", 1) + (quiet is True)
-        ]
-        return [r["busy_cores"] for r in found], [r["micro_batches_s"] / r["micro_batches"] for r in found]
-
-    quiet_busy, quiet_s = forwards(PROFILED, True)
-    busy, beside = forwards("example", None)
     return [
         Line(
             f"The example's trials with the allocator's default (GPU {', '.join(sorted(alloc_gpus))}): "
             f"{_listed(alloc, THROUGHPUT)} tok/s/GPU, update {_listed(alloc, UPDATE)} s; with verl's "
             f"expandable segments (GPU {verl_alloc[0]['gpus']}): {_listed(verl_alloc, THROUGHPUT)} "
-            f"tok/s/GPU, update {_listed(verl_alloc, UPDATE)} s. {_allocator_verdict(alloc, verl_alloc)}",
+            f"tok/s/GPU, update {_listed(verl_alloc, UPDATE)} s. {_allocator_verdict(alloc, verl_alloc)} "
+            f"The train phase's device peak (the sleeping engine's memory in it): "
+            f"{span([t['train_peak_memory_gib'] for t in alloc], '.1f')} GiB with the default, "
+            f"{span([t['train_peak_memory_gib'] for t in verl_alloc], '.1f')} GiB with expandable segments.",
             (LANES,),
         ),
         Line(""),
@@ -281,15 +268,6 @@ def verl_lanes_controls() -> list[Line]:
             f"device's kernels {ms('trial', 'device_kernel_s')} / {verl_kernels:.0f} ms (verl's without "
             f"its micro-batch ranges, which the profiler counts as device time too); the host's own time "
             f"in ops {ms('trial', 'self_host_s')} / {ms('verl', 'self_host_s')} ms.",
-            (LANES,),
-        ),
-        Line(""),
-        Line(
-            f"verl's profiled run of the example in its {len(quiet_s)} steps after the profiled one "
-            f"(unprofiled): over its old_log_prob passes the host had at most {span(quiet_busy, '.1f')} "
-            f"busy cores of 64, and a micro-batch cost {span(quiet_s, '.3f')} s; the example's run on "
-            f"GPU {_verl('example')['gpus']}, beside the other lanes: {span(busy, '.1f')} busy cores, "
-            f"{span(beside, '.3f')} s.",
             (LANES,),
         ),
     ]
@@ -311,5 +289,37 @@ def verl_lanes_top() -> list[Line]:
             f"trials' {span([100 * _trial_change(c) for c in CONFIGS], '.0f')}% "
             "(`benchmarks/README.md` says why).",
             (LANES, VERL_H200),
+        )
+    ]
+
+
+HOST_SPEED = "results/host-speed-h200.json"
+
+
+def host_speed() -> list[Line]:
+    """Each run of ``benchmarks/gpu/host_speed.py``: the host's microseconds per small op on
+    the GPU and on the CPU (median of the run's turns, each turn), in the order they ran."""
+    doc = load(HOST_SPEED)
+    rows = []
+    for run in doc["runs"]:
+        cells = []
+        for path in ("torch_cuda", "torch_cpu"):
+            each = ", ".join(f"{v:.1f}" for v in run["us_per_op"][path])
+            cells.append(f"{run['median_us_per_op'][path]:.1f} ({each})")
+        rows.append(([run["kind"], str(run["order"]), run["label"], *cells], (HOST_SPEED,)))
+    header = ["host", "order", "run", "GPU op, us (median; each turn)", "CPU op, us (median; each turn)"]
+    return [generated_from(HOST_SPEED), Line(""), *table(header, rows)]
+
+
+def host_speed_headline() -> list[Line]:
+    runs = [r for r in load(HOST_SPEED)["runs"] if r["kind"] == "nvidia-h200-x2" and r["order"] > 1]
+    alone = [r["median_us_per_op"]["torch_cuda"] for r in runs if r["label"].startswith("alone")]
+    pairs = [r["median_us_per_op"]["torch_cuda"] for r in runs if r["label"].startswith("pair")]
+    return [
+        Line(
+            f"On the host of two H200, a run on 16 CPUs alone took {span(alone, '.1f')} us per GPU op "
+            f"(medians of its {len(alone)} runs); in pairs, each on its own GPU and 16 CPUs, "
+            f"{span(pairs, '.1f')} us.",
+            (HOST_SPEED,),
         )
     ]

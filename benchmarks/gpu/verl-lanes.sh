@@ -13,6 +13,9 @@
 # trials run the model code verl runs (each trial records the transformers it ran).
 # LANE_0_THEN, ...: a second comparison on that lane's GPU once its first has ended (its own
 # output, merged with the rest).
+# Before the lanes start and after they end, each lane's host speed alone (host_speed.py, on
+# its GPU and CPUs; probe-verl/host-speed-{before,after}-GPU.json): a step paced by the host
+# moves with it.
 # LANE_CPUS=numa: each lane runs on its share of its GPU's CPUs (lane_cpus.py: the cores NVML
 # names near the GPU, split evenly among the lanes whose GPUs share them), as a host of one
 # GPU would give it its own cores; unset: the lanes share all of the host's CPUs.
@@ -50,6 +53,16 @@ compare() {  # GPU ARGS OUT LOG: one comparison on that GPU (on its lane's CPUs 
     "${pin[@]}" python3 -m benchmarks.gpu.verl_compare --job "$job" $args \
     --cache-dir /tmp/at/verl-cache-$gpu --out "$out" >> "$4" 2>&1
 }
+host_speed() {  # WHEN: each lane's host speed alone, on its GPU and CPUs (host_speed.py)
+  local gpu pin
+  for lane in $lanes; do
+    gpu=${lane#LANE_} pin=()
+    [ -n "${cpus[$gpu]:-}" ] && pin=(taskset -c "${cpus[$gpu]}")
+    CUDA_VISIBLE_DEVICES=$gpu "${pin[@]}" python3 -m benchmarks.gpu.host_speed \
+      --out "/tmp/at/probe-verl/host-speed-$1-$gpu.json" >> /tmp/at/logs/host-speed.log 2>&1
+  done
+}
+host_speed before
 for lane in $lanes; do
   gpu=${lane#LANE_}
   then_var=${lane}_THEN
@@ -63,6 +76,7 @@ for lane in $lanes; do
 done
 for pid in "${pids[@]}"; do wait "$pid"; done
 log "lanes done"
+host_speed after
 present=()
 for o in "${outs[@]}"; do [ -f "$o" ] && present+=("$o"); done
 python3 -m benchmarks.gpu.verl_compare merge "${present[@]}" --out /tmp/at/probe-verl/compare.json

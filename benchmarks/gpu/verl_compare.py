@@ -63,6 +63,7 @@ from autotuner.space import KNOB_TYPES
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.trialspec import build_trial_spec
 from autotuner.verl_run import verl_run_spec
+from trials.device import host_cpus
 from trials.launcher import launch_trial
 from trials.memory import gpu_readings
 from trials.profiling import PROFILE_ENV
@@ -280,7 +281,13 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
         "configs": configs,
         "host": docs[0]["host"],
         "lanes": [
-            {"gpus": d.get("gpus"), "started": d["started"], "finished": d.get("finished")} for d in docs
+            {
+                "gpus": d.get("gpus"),
+                "host_cpus": d.get("host_cpus"),
+                "started": d["started"],
+                "finished": d.get("finished"),
+            }
+            for d in docs
         ],
         "runs": [r | {"gpus": r.get("gpus", d.get("gpus"))} for d in docs for r in d["runs"]],
     }
@@ -435,6 +442,7 @@ def main(argv: list[str] | None = None) -> int:
         "configs": configs,
         "host": platform.node(),
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "host_cpus": host_cpus(),  # the comparison's CPUs: its trials' and verl's runs'
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "runs": [],
     }

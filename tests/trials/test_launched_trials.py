@@ -67,6 +67,9 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["train_end_at_s"] < m["engine_shutdown_at_s"]
     assert m["engine_resident_in_train"] == 1 and "engine_released_at_s" not in m
     assert m["train_expandable_segments"] == 0  # a CUDA allocator's setting: not on the CPU
+    # The host's processor as the trial met it: its model and the CPUs it could run on.
+    assert result.software["cpu"] and result.software["cpu_cores"] == str(len(os.sched_getaffinity(0)))
+    assert int(result.software["host_cpus"]) >= int(result.software["cpu_cores"])
     assert m["train_peak_memory_gib"] >= 0.9 * m["rollout_peak_memory_gib"]
     assert set(t) == {"startup", "weight_sync", "rollout", "rollout_poll", *TRAIN_SUB_PHASES, "actor_reload"}
     # The actor's fp32 weights went into the running engine before the rollout, in one
