@@ -138,6 +138,13 @@ class MicroBatchTensors:
     labels: torch.Tensor  # (T,): each real position's next token (rolled, as verl rolls)
     response_mask: torch.Tensor  # (T,) float: 1 where the next token is a response token
     real_tokens: int  # T
+    # PACKED only, as verl's worker holds them on the device: the offsets of the micro-batch's
+    # prompts and responses (its nested ``prompts``/``responses``, (B + 1,)) and the positions
+    # predicting a response token in response order ((R,), R the response tokens).
+    prompt_offsets: torch.Tensor | None = None
+    response_offsets: torch.Tensor | None = None
+    response_index: torch.Tensor | None = None
+    longest_response: int = 0  # the nested responses' cached longest (verl's fields carry it)
 
     @property
     def padded_tokens(self) -> int:
@@ -167,6 +174,8 @@ def micro_batch(
     labels_t = torch.from_numpy(labels).to(device)
     response_t = torch.from_numpy(response_mask).to(device)
     if layout == PACKED:
+        responses = [response_lengths[i] for i in indices]
+        prompts = [n - r for n, r in zip(lengths, responses, strict=True)]
         return MicroBatchTensors(
             input_ids=torch.from_numpy(flat).to(device).unsqueeze(0),
             position_ids=torch.from_numpy(positions).to(device).unsqueeze(0),
@@ -175,6 +184,10 @@ def micro_batch(
             labels=labels_t,
             response_mask=response_t,
             real_tokens=len(flat),
+            prompt_offsets=torch.tensor(np.cumsum([0, *prompts]), device=device),
+            response_offsets=torch.tensor(np.cumsum([0, *responses]), device=device),
+            response_index=torch.from_numpy(np.flatnonzero(response_mask)).to(device),
+            longest_response=max(responses),
         )
     width = max(lengths)
     ids = np.zeros((len(seqs), width), dtype=np.int64)
@@ -322,6 +335,85 @@ def policy_loss(
         computed["kl_loss"] = kl_loss.detach()
     if metrics is not None:
         metrics.update(computed)
+    return loss
+
+
+def responses_padded(values: torch.Tensor, mb: MicroBatchTensors) -> torch.Tensor:
+    """A packed micro-batch's per-position ``values`` ``(T,)`` as verl v0.9's update loss takes
+    them (``workers/utils/padding.py``, ``no_padding_2_padding``): each sequence's positions
+    predicting its response, padded to the longest response, ``(B, longest)``. Done as verl
+    does it, host work included: the longest read to the host (the host waits for the
+    forward), two checks read, then a loop over the sequences slicing with device scalars."""
+    assert mb.prompt_offsets is not None and mb.response_offsets is not None
+    prompt_lens = mb.prompt_offsets.diff()
+    response_lens = mb.response_offsets.diff()
+    longest = response_lens.max().item()
+    ends = (prompt_lens + response_lens).cumsum(dim=0)
+    if ends[-1].item() != values.shape[0] or prompt_lens.eq(0).any():
+        raise ValueError("the micro-batch's offsets do not cover its positions, or a prompt is empty")
+    rows = [
+        torch.nn.functional.pad(values[end - n - 1 : end - 1], (0, longest - n))
+        for n, end in zip(response_lens, ends, strict=True)
+    ]
+    return torch.stack(rows, dim=0)
+
+
+def verl_policy_loss(
+    log_probs: torch.Tensor,
+    mb: MicroBatchTensors,
+    advantages: torch.Tensor,
+    ref_log_probs: torch.Tensor | None,
+    read: dict[str, float],
+) -> torch.Tensor:
+    """``policy_loss`` on a packed micro-batch in verl v0.9's layout and order
+    (``workers/utils/losses.py``, ``ppo_loss``): the log-probs cut back to padded responses
+    (``responses_padded``); the loss's fields, each a nested tensor over the responses
+    (``advantages`` and ``ref_log_probs`` ``(R,)``, in response order), padded as verl's
+    ``to_padded_tensor`` pads them; the vanilla loss on the padded tensors
+    (``trainer/ppo/core_algos.py``, ``compute_policy_loss_vanilla``), its three metrics and
+    the policy loss read to the host as verl reads them, then the KL loss and its read.
+    The figures read land in ``read``; the loss's own read is the caller's, as in verl."""
+    assert mb.response_offsets is not None and mb.response_index is not None
+    log_prob = responses_padded(log_probs, mb)
+    fields = {
+        "response_mask": torch.ones_like(advantages),
+        "old_log_probs": log_probs.detach().index_select(0, mb.response_index),
+        "advantages": advantages,
+    }
+    if ref_log_probs is not None:
+        fields["ref_log_prob"] = ref_log_probs
+    data = {
+        name: torch.nested.nested_tensor_from_jagged(
+            values, mb.response_offsets, max_seqlen=mb.longest_response
+        ).to_padded_tensor(0.0)
+        for name, values in fields.items()
+    }
+    mask = data["response_mask"].to(torch.bool)
+    tokens = mask.sum().clamp(min=1)
+
+    def token_mean(values: torch.Tensor) -> torch.Tensor:
+        return torch.where(mask, values, 0.0).sum() / tokens
+
+    adv = data["advantages"]
+    negative_approx_kl = torch.clamp(log_prob - data["old_log_probs"], min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    ppo_kl = token_mean(-negative_approx_kl)
+    losses1 = -adv * ratio
+    losses2 = -adv * ratio.clamp(1 - PPO_CLIP, 1 + PPO_CLIP)
+    clipped = torch.maximum(losses1, losses2)
+    pg_clipfrac = token_mean(torch.gt(losses2, losses1).float())
+    losses3 = -adv * PPO_CLIP_C
+    pg_clipfrac_lower = token_mean(torch.gt(clipped, losses3).float() * (adv < 0).float())
+    loss = token_mean(torch.where(adv < 0, torch.minimum(losses3, clipped), clipped))
+    read.update(
+        read_to_host({"pg_clipfrac": pg_clipfrac, "ppo_kl": ppo_kl, "pg_clipfrac_lower": pg_clipfrac_lower})
+    )
+    read.update(read_to_host({"pg_loss": loss}))
+    if "ref_log_prob" in data:
+        kl = torch.clamp(data["ref_log_prob"] - log_prob, min=-20.0, max=20.0)
+        kl_loss = token_mean(torch.clamp(torch.exp(kl) - kl - 1, min=-10.0, max=10.0))
+        loss = loss + KL_LOSS_COEF * kl_loss
+        read.update(read_to_host({"kl_loss": kl_loss}))
     return loss
 
 

@@ -5,7 +5,9 @@ micro-batches of ``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same 
 reference model at ``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``),
 ``update_actor`` (forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``
 through verl's loss, the KL to the reference included with ``use_kl_loss``
-(``actor.policy_loss``), gradients accumulated, one AdamW step per local mini-batch after
+(``actor.policy_loss``; on packed rows without an entropy term in verl's own layout and
+order, ``actor.verl_policy_loss``: the log-probs cut back to padded responses sequence by
+sequence, the host reading as it goes), gradients accumulated, one AdamW step per local mini-batch after
 verl's gradient clipping (``actor.optimizer_step``)). ``use_dynamic_bsz`` cuts
 micro-batches by token budget instead (see ``batching``). Each micro-batch is laid out as
 verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows).
@@ -611,6 +613,23 @@ def _forward_backward(
 
     def forward_backward(mb: MicroBatch) -> None:
         tensors = setup.tensors(mb)
+        if tensors.layout == actor.PACKED and not t.entropy_coeff:
+            # verl's layout and order: the loss's fields per response token (R,)
+            assert tensors.response_index is not None
+            advantages = torch.randn(tensors.response_index.shape, generator=generator).to(setup.device)
+            log_probs = actor.response_log_probs(model, tensors, setup.autocast)
+            # The reference's log-probs of the step (use_kl_loss): near the actor's, as at the
+            # start of training.
+            ref_log_probs = None
+            if t.use_ref:
+                ref_log_probs = log_probs.detach().index_select(0, tensors.response_index) + 0.01 * advantages
+            values: dict[str, float] = {}
+            loss = actor.verl_policy_loss(log_probs, tensors, advantages, ref_log_probs, values)
+            values.update(actor.read_to_host({"loss": loss}))
+            if read is not None:
+                read.append(values)
+            (loss * (len(mb.indices) / mini_batch_size)).backward()
+            return
         advantages = torch.randn(tensors.labels.shape, generator=generator).to(setup.device)
         entropy = None
         if t.entropy_coeff:

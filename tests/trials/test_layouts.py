@@ -155,3 +155,39 @@ def test_the_optimizer_step_clips_as_verl_and_skips_a_non_finite_step() -> None:
     assert not actor.optimizer_step(model, optimizer)
     assert all(torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
     assert all(p.grad is None for p in model.parameters())
+
+
+def test_verls_loss_layout_gives_the_packed_loss_its_gradient_and_its_reads() -> None:
+    """The update's loss as verl computes it (log-probs cut back to padded responses, the
+    fields padded from nested tensors) equals the packed token-mean loss, value and gradient;
+    each sequence's padded row holds its response positions' log-probs."""
+    sequences, responses = _batch(seed=5)
+    mb = actor.micro_batch(sequences, responses, tuple(range(5)), CPU, actor.PACKED)
+    torch.manual_seed(0)
+    model = actor.build_causal_lm(TINY, torch.float32, CPU, False)
+    log_probs = actor.response_log_probs(model, mb, None)
+    rows = actor.responses_padded(log_probs.detach(), mb)
+    lengths = [responses[i] for i in range(5)]
+    assert rows.shape == (5, max(lengths))
+    start = 0
+    for row, (seq, n) in enumerate(zip(sequences[:5], lengths, strict=True)):
+        end = start + len(seq)
+        torch.testing.assert_close(rows[row, :n], log_probs.detach()[end - n - 1 : end - 1])
+        assert not rows[row, n:].any()  # padded with zeros past its response
+        start = end
+
+    index = mb.response_index
+    assert index is not None and len(index) == sum(lengths) == int(mb.response_mask.sum())
+    per_token = torch.randn(log_probs.shape, generator=torch.Generator().manual_seed(1))
+    advantages = per_token.index_select(0, index)
+    ref = log_probs.detach().index_select(0, index) + 0.3 * advantages
+    read: dict[str, float] = {}
+    verl_loss = actor.verl_policy_loss(log_probs, mb, advantages, ref, read)
+    full_ref = log_probs.detach() + 0.3 * per_token
+    packed = actor.policy_loss(log_probs, mb, per_token, full_ref)
+    torch.testing.assert_close(verl_loss, packed)
+    (g_verl,) = torch.autograd.grad(verl_loss, log_probs, retain_graph=True)
+    (g_packed,) = torch.autograd.grad(packed, log_probs)
+    torch.testing.assert_close(g_verl, g_packed)
+    assert list(read) == ["pg_clipfrac", "ppo_kl", "pg_clipfrac_lower", "pg_loss", "kl_loss"]
+    assert read["pg_loss"] == pytest.approx(-float(advantages.mean()), rel=1e-5)
