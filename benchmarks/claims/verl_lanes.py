@@ -265,9 +265,9 @@ def verl_lanes_controls() -> list[Line]:
             f"Update micro-batches {profiles['trial']['micro_batches'][0] + 1} to "
             f"{profiles['trial']['micro_batches'][-1] + 1} of the example under torch's profiler, per "
             f"micro-batch, trial / verl: wall {ms('trial', 'wall_s')} / {ms('verl', 'wall_s')} ms; the "
-            f"device's kernels {ms('trial', 'device_kernel_s')} / {verl_kernels:.0f} ms (verl's without "
-            f"its micro-batch ranges, which the profiler counts as device time too); the host's own time "
-            f"in ops {ms('trial', 'self_host_s')} / {ms('verl', 'self_host_s')} ms.",
+            f"GPU's kernels {ms('trial', 'device_kernel_s')} / {verl_kernels:.0f} ms (verl's without "
+            f"its micro-batch ranges, which the profiler counts among the kernels too); the host's own "
+            f"time in ops {ms('trial', 'self_host_s')} / {ms('verl', 'self_host_s')} ms.",
             (LANES,),
         ),
     ]
@@ -275,8 +275,9 @@ def verl_lanes_controls() -> list[Line]:
 
 def verl_lanes_top() -> list[Line]:
     verl, trial = _throughputs()
-    same = sorted(CONFIGS, key=lambda c: -verl[c]) == sorted(CONFIGS, key=lambda c: -trial[c])
-    errors = {c: 100 * (trial[c] / verl[c] - 1) for c in CONFIGS}
+    verl_order, trial_order, ratios, _ = data.ranked(verl, trial, CONFIGS)
+    same = verl_order == trial_order
+    errors = {c: 100 * ratios[c] for c in CONFIGS}
     slower = [100 * _slowdown(c) for c in CONFIGS]
     return [
         Line(
