@@ -28,9 +28,11 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   engine offloads a forward-only module whatever ``ref_param_offload`` says); during its
   forward the units in use come in as float32 shards and their compute-dtype copies. On
   the CPU its compute-dtype shard stays beside the actor.
-- ``wake``: the next step's hand-over: the engine's weights wake while the actor's process
-  still caches what training used, then its full budget is back beside the actor (whose
-  parameters come in for the weight sync under ``param_offload``).
+- ``wake``: the next step's hand-over: the engine's weights wake beside the actor (whose
+  parameters come in for the weight sync under ``param_offload``), then its full budget is
+  back beside it. Trained with expandable segments (CUDA, verl's setting) the actor's
+  process emptied its cache as training ended; without them that cache still holds what
+  training used while the weights wake.
 
 On a CPU 'device' (the trial's RSS over its own baseline, under a real allocation cap)
 the same terms apply without CUDA contexts or graphs; only the actor plus the engine's
@@ -46,7 +48,9 @@ been measured. A phase a failure cut short is not a measurement and is not fitte
 
 Use: ``MemoryModel.predict`` gives the calibrated ``MemoryPrediction``; the study skips
 a proposal whose checked phase exceeds the capacity by more than the job's margin
-(``predicted_oom``), so a wrong model costs a trial, not the optimum.
+(``predicted_oom``), so a wrong model costs a trial, not the optimum. vLLM's refusal to
+start (its budget larger than what is free beside the actor as calibrated) is the engine's
+own arithmetic, not an estimate: it skips a proposal at any margin (``engine_refusal``).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ FINISHED_BY = {
     "rollout": "rollout_makespan_s",
     "train": "train_end_at_s",
 }
+# The phases a trial that took over another's rollout did not measure itself.
+ADOPTED_PHASES = ("startup", "rollout", "wake")
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 # Phases whose memory depends on the engine's mode (CUDA graphs or eager): fitted per mode.
 MODE_PHASES = ("startup", "rollout", "train", "wake")
@@ -127,6 +133,9 @@ class MemoryPrediction:
     checks: dict[str, float]
     capacity_gib: float | None
     components: dict[str, float] = field(default_factory=dict)
+    # Why the engine itself would refuse to start (a sentence): its own arithmetic on what
+    # the device holds, not an estimate, so no margin applies (``engine_refusal``).
+    refusal: str | None = None
 
     @property
     def peak_gib(self) -> float:
@@ -140,8 +149,10 @@ class MemoryPrediction:
         return phase, self.checks[phase]
 
     def exceeds(self, margin: float) -> str | None:
-        """Why the trial would not fit (a sentence), when a check exceeds the capacity by
-        more than ``margin`` (a fraction); None when it may fit."""
+        """Why the trial would not fit (a sentence): the engine's refusal to start, or a
+        check exceeding the capacity by more than ``margin`` (a fraction); None when it may fit."""
+        if self.refusal is not None:
+            return self.refusal
         worst = self.worst_check()
         if worst is None or self.capacity_gib is None:
             return None
@@ -168,17 +179,25 @@ def measured_phases(record: TrialRecord, engine: bool) -> dict[str, float]:
 
 
 def measured_phases_of(status: str, metrics: dict[str, float], engine: bool) -> dict[str, float]:
-    """``measured_phases`` from a result's status and metrics."""
+    """``measured_phases`` from a result's status and metrics. A trial that took over another's
+    rollout (``reuse_rollouts``) started no engine: its start-up sampled the actor's build
+    alone, and its rollout and wake peaks are the other trial's (``trials.runner.ADOPTED``),
+    so only its own phases count."""
     out = {}
+    adopted = engine and "rollout_reused_from_trial" in metrics
     for name in PHASES:
         value = metrics.get(f"{name}_peak_memory_gib")
         if value is None or (status != "ok" and not _finished(name, metrics, engine)):
             continue
+        if adopted and name in ADOPTED_PHASES:
+            continue
         out[name] = float(value)
-    actor = metrics.get("actor_resident_gib")
+    # What the actor holds as the engine starts: after the train probe where one ran (the
+    # build leaves blocks the probe's first step gives back), else as built.
+    actor = metrics.get("train_probe_resident_gib", metrics.get("actor_resident_gib"))
     if actor is not None:
         out["actor"] = float(actor)
-    if status == "ok" and out:
+    if status == "ok" and out and not adopted:
         out["peak"] = max(v for k, v in out.items() if k in PHASES)
     return out
 
@@ -211,6 +230,28 @@ def engine_budget_gib(engine: str, fraction: float, capacity_gib: float, held_gi
     if engine == "sglang":
         return fraction * max(0.0, capacity_gib - held_gib)
     return fraction * capacity_gib
+
+
+def engine_refusal(
+    engine: str, fraction: float, capacity_gib: float, held_gib: float, contexts_gib: float
+) -> str | None:
+    """Why the engine refuses to start beside ``held_gib`` (the actor's process) and the
+    CUDA contexts (``contexts_gib``: the trial's and the engine's own), or None. vLLM takes a
+    snapshot of the device's free memory as it starts and refuses when that is less than
+    ``gpu_memory_utilization`` of the whole device (``vllm/v1/worker/utils.py``,
+    ``request_memory``); SGLang takes a fraction of what is free and never refuses."""
+    if engine == "sglang":
+        return None
+    asked = fraction * capacity_gib
+    free = capacity_gib - held_gib - contexts_gib
+    if asked <= free:
+        return None
+    return (
+        f"vLLM refuses to start: gpu_memory_utilization {fraction:g} asks {asked:.2f} GiB of the "
+        f"device's {capacity_gib:.2f} GiB, and {max(free, 0.0):.2f} GiB are free beside the actor "
+        f"({held_gib:.2f} GiB) and the CUDA contexts ({contexts_gib:.2f} GiB); lower "
+        "gpu_memory_utilization or offload the actor (param_offload, optimizer_offload)"
+    )
 
 
 def fit(pairs: list[tuple[float, float]]) -> Correction:
@@ -312,7 +353,9 @@ class MemoryModel:
         phases = {p: self._corrected(p, v, config) for p, v in prior.phases.items()}
         checks = dict(phases) if self.device == "cuda" else {}
         if self.device != "cpu":
-            return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
+            return MemoryPrediction(
+                phases, checks, self.capacity_gib, dict(prior.components), self._refusal(prior, config)
+            )
         actor = self._corrected("actor", prior.components["actor_gib"], config)
         if "engine_budget_gib" in prior.components:
             checks["startup"] = actor + prior.components["engine_budget_gib"]
@@ -321,6 +364,21 @@ class MemoryModel:
         if "train" in phases:
             checks["train"] = phases["train"]
         return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
+
+    def _refusal(self, prior: MemoryPrediction, config: dict) -> str | None:
+        """The engine's refusal to start beside the actor as calibrated (its resident memory
+        measured when engines started, the allocator's cached blocks included), on CUDA."""
+        if "engine_budget_gib" not in prior.components or not self.capacity_gib:
+            return None
+        trial = self.trial_spec(config)
+        held = self._corrected("actor", prior.components["actor_gib"], config)
+        return engine_refusal(
+            trial.rollout.engine,
+            trial.rollout.gpu_memory_utilization,
+            self.capacity_gib,
+            held,
+            prior.components["cuda_context_gib"],
+        )
 
     def _corrected(self, phase: str, gib: float, config: dict) -> float:
         correction = self.corrections.get(_mode_key(phase, config)) or self.corrections.get(phase)
@@ -380,13 +438,19 @@ class MemoryModel:
             if rollout and trial.train_probe:  # the same micro-batches before the engine starts
                 phases["train_probe"] = context + max(sub.values())
             if rollout:
-                # The hand-over: the engine's weights wake while the actor's process still
-                # caches what training used; its parameters come in under param_offload;
-                # then the cache is emptied and the KV cache wakes (the start-up's level).
+                # The hand-over: the engine's weights wake, the actor's parameters come in
+                # under param_offload and go out after the sync, then the KV cache wakes (the
+                # start-up's level). Trained with expandable segments on CUDA (verl's setting,
+                # ``TrainKnobs.expandable_segments``), the actor's process emptied its cache
+                # as training ended (``trials.actor_state.train_allocator``); otherwise that
+                # cache still holds what training used while the weights wake.
                 reload = params if t.param_offload else 0.0
                 tp = max(r.tensor_model_parallel_size, 1)
                 weights = self._compute_bytes(trial) * a.num_parameters / tp / GIB
-                phases["wake"] = max(phases["startup"] + reload, phases["train"] + reload + weights)
+                if cuda and t.expandable_segments:
+                    phases["wake"] = max(phases["startup"], base + asleep + reload + weights)
+                else:
+                    phases["wake"] = max(phases["startup"] + reload, phases["train"] + reload + weights)
         return MemoryPrediction(phases, {}, self.capacity_gib, components)
 
     def _train_sub_phases(

@@ -10,7 +10,8 @@ exception's own type would not (a ``RuntimeError`` raised for an NCCL failure be
 Engines often fail one level removed: vLLM's front end raises "Engine core
 initialization failed. See root cause above." while the real reason is in the engine
 process's log. For those wrapper errors (``WRAPPER_PATTERNS``) the captured log text is
-searched too. Texts below are the ones the engines, NCCL, the driver and the allocators
+searched too, and the line that says what failed (``logged_cause``) joins the trial's
+error message. Texts below are the ones the engines, NCCL, the driver and the allocators
 really print (vLLM 0.24/0.32, SGLang 0.5.17, PyTorch 2.x, NCCL 2.x, glibc).
 """
 
@@ -163,6 +164,32 @@ def classify_failure(exc: BaseException | None, log_text: str = "") -> Failure:
     if rule is None:
         return Failure(ERROR)
     return Failure(rule.status, rule.error_type)
+
+
+# A line of a process's log that raises: ``Type: message`` (a dotted type included), after
+# the process's prefix (vLLM's ``(EngineCore pid=7)``, Ray's ``(pid=7)``).
+_RAISED_LINE = re.compile(
+    r"^(?:\([^)]*\)\s*)?((?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Died|Exhausted)\b: .+)$"
+)
+_LOG_PREFIX = re.compile(r"^\([^)]*\)\s*")
+
+
+def logged_cause(exc: BaseException | None, log_text: str) -> str | None:
+    """For a wrapper error (or none), the line of the log that says what really failed: the
+    last line matching the table's row that classifies the log, else the last line that
+    raises; its process prefix dropped. None for an error that explains itself."""
+    if exc is not None and not any(w.search(exception_text(exc)) for w in _WRAPPERS):
+        return None
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in log_text.splitlines()]
+    rule = match_text(log_text)
+    if rule is not None:
+        pattern = next(p for p, r in _COMPILED if r is rule)
+        hits = [line for line in lines if pattern.search(line)]
+        if hits:
+            return hits[-1][:1000]
+    raised = [m.group(1) for line in lines if (m := _RAISED_LINE.match(line))]
+    wrappers = [line for line in raised if not any(w.search(line) for w in _WRAPPERS)]
+    return wrappers[-1][:1000] if wrappers else None
 
 
 def classify(exc: BaseException | None, log_text: str = "") -> str:

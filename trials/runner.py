@@ -150,7 +150,8 @@ def _record_failure(result: TrialResult, exc: BaseException, log_text: str, trac
     result.status = failure.status  # type: ignore[assignment]
     result.phase = phase_of(exc)
     result.error_type = failure.error_type or type(exc).__name__
-    result.error_message = str(exc)[:4000]
+    cause = failures.logged_cause(exc, log_text)
+    result.error_message = (f"{exc} (the engine's log: {cause})" if cause else str(exc))[:4000]
     if trace.strip().splitlines()[-1] not in log_text:  # logging did not reach stderr
         log_text = f"{log_text}\n{trace}"
     result.log_tail = log_text[-LOG_TAIL_CHARS:]

@@ -2,28 +2,43 @@
 
 usage: python -m benchmarks.gpu.dump_results OUT.json [COMMAND...]
 The command that produced the jobs is stored with them, so each figure names its device
-(per trial) and how it was made.
+(per trial) and how it was made. A failed trial carries ``error_cause``, the line of its log
+that says what failed, where its message does not.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from autotuner.jobs import JobContext
 from autotuner.records import records
 from autotuner.settings import get_settings
 from autotuner.study import open_study
 from autotuner.summary import summarize
+from trials.failures import logged_cause
+
+
+def with_cause(trial: dict[str, Any], log_tail: str) -> dict[str, Any]:
+    """The trial, with ``error_cause``: for a failure, the line of its log that says what
+    failed (``trials.failures.logged_cause``), where its message does not say it already."""
+    if trial.get("status") in ("oom", "error") and log_tail:
+        cause = logged_cause(None, log_tail)
+        if cause and cause not in (trial.get("error_message") or ""):
+            trial["error_cause"] = cause
+    return trial
 
 
 def main(out: str, command: list[str]) -> None:
     ctx = JobContext.open(get_settings())
     jobs, _ = ctx.store.list(limit=100)
-    doc = {"command": " ".join(command), "jobs": []}
+    doc: dict[str, Any] = {"command": " ".join(command), "jobs": []}
     for job in jobs:
         spec = ctx.spec_of(job)
-        recs = records(open_study(spec, job.study_name, ctx.settings.resolved_database_url))
+        study = open_study(spec, job.study_name, ctx.settings.resolved_database_url)
+        recs = records(study)
+        tails = {t.number: t.user_attrs.get("log_tail") or "" for t in study.trials}
         summary = summarize(spec, recs, job.stop_reason or job.status)
         doc["jobs"].append(
             {
@@ -34,7 +49,7 @@ def main(out: str, command: list[str]) -> None:
                 "started_at": job.started_at.isoformat() if job.started_at else None,
                 "finished_at": job.finished_at.isoformat() if job.finished_at else None,
                 "summary": summary.to_dict(),
-                "trials": [dict(r.__dict__) for r in recs],
+                "trials": [with_cause(dict(r.__dict__), tails.get(r.number, "")) for r in recs],
             }
         )
     with open(out, "w") as f:

@@ -3,7 +3,8 @@
 # Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
-# PLAN_LAYOUT=0: the job alone.
+# PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
+# STUDY_RESUME=DIR: go on with the job whose database an earlier host packed (run-studies.sh).
 # usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
@@ -26,6 +27,6 @@ if [ "${PLAN_LAYOUT:-1}" = 1 ]; then
   log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
 fi
 log "2: the 1.5B job"
-STUDY_RAY=local STUDY_GPUS=0 bash benchmarks/gpu/run-studies.sh benchmarks/jobs/qwen2.5-1.5b-grpo.yaml
+STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh benchmarks/jobs/qwen2.5-1.5b-grpo.yaml
 while kill -0 "$(cat /tmp/at/logs/qwen2.5-1.5b-grpo.pid)" 2>/dev/null; do sleep 5; done
 log "plan done"

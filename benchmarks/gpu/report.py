@@ -245,7 +245,14 @@ def oom_place(trial: dict[str, Any]) -> str:
     if phase == "startup":
         if "actor_ready_at_s" not in m:
             return "startup: building the actor"
-        return "startup: the engine refused gpu_memory_utilization beside the actor"
+        said = f"{trial.get('error_message') or ''} {trial.get('error_cause') or ''}"
+        if "less than desired" in said:  # vLLM's own check (vllm/v1/worker/utils.py)
+            return "startup: the engine refused gpu_memory_utilization beside the actor"
+        if "warming up sampler" in said:
+            return "startup: the engine's sampler warm-up (max_num_seqs dummy requests)"
+        if trial.get("error_cause") or "engine's log:" in said:
+            return "startup: the engine, after accepting its budget"
+        return "startup: the engine's start (its log's cause not recorded)"
     if "engine_start_at_s" not in m and "actor_ready_at_s" in m:
         return f"{phase} (train probe, before the engine started)"
     return f"{phase} (after the rollout)"

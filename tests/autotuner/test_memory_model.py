@@ -5,12 +5,16 @@
   one H200 (vLLM 0.24, FSDP2 actor): the physics on every phase those trials finished.
 - benchmarks/search/landscapes/cpu-train-mid.json: the same trial on a CPU under a 2 GiB
   cap, 36 configs twice, many of them out of memory: calibration and skipping.
+- benchmarks/results/qwen2.5-1.5b-grpo-h200x4.json: the 1.5B job of 2026-11-27 on four H200s
+  (a trial per GPU, expandable segments in training, rollouts taken over by trials that
+  share their engine side): what those trials measure, and the out-of-memory start-ups.
 - benchmarks/results/qwen2.5-1.5b-grpo-h200.json: 22 H200 trials of the trial before
   2026-11-24 (a knob they predate at what they ran with): the shapes of the prediction
   (what grows with what, what is far beyond the GPU)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import statistics
@@ -29,6 +33,7 @@ from .conftest import REPO
 H200_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200.json"
 PACKED_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-packed-h200.json"
 CPU_LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
+JOB_X4_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200x4.json"
 H200_GIB = 140.4  # NVML's total for the H200 those trials ran on
 
 
@@ -232,3 +237,68 @@ def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200
     assert budgets["sglang"]["engine_budget_gib"] == pytest.approx(0.9 * (H200_GIB - held))
     # 0.9 beside an 18 GiB actor: vLLM asks for more than the device has, SGLang does not.
     assert startup["sglang"] < H200_GIB < startup["vllm"]
+
+
+@pytest.fixture(scope="module")
+def job_x4():
+    job = json.loads(JOB_X4_RESULTS.read_text())["jobs"][0]
+    spec = JobSpec.model_validate(job["spec"])
+    fields = {f.name for f in dataclasses.fields(TrialRecord)}
+    # (what the dump adds beside a record: ``error_cause``, gpu/dump_results.py)
+    trials = [
+        TrialRecord(**{k: v for k, v in t.items() if k in fields}) for t in job["trials"] if t.get("config")
+    ]
+    return spec, spec.validate_model(), trials
+
+
+def test_a_trial_that_took_over_a_rollout_measures_only_its_own_phases(job_x4) -> None:
+    _, _, trials = job_x4
+    reused = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" in t.metrics]
+    assert reused
+    for trial in reused:
+        # Its start-up sampled the actor's build alone (no engine started there)...
+        assert trial.metrics["startup_peak_memory_gib"] < trial.metrics["rollout_peak_memory_gib"] / 2
+        measured = measured_phases(trial, engine=True)
+        # ... and its rollout and wake peaks are the donor's: none of them is its own.
+        assert not {"startup", "rollout", "wake", "peak"} & measured.keys()
+        assert {"train", "train_probe", "actor"} <= measured.keys()
+
+
+def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fitting_trial(job_x4) -> None:
+    spec, arch, trials = job_x4
+    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    ran = [t for t in trials if t.status in ("ok", "oom")]
+    refused = {}
+    for trial in ran:
+        model.calibrate(t for t in ran if t.number < trial.number)
+        refused[trial.number] = model.predict(trial.config).refusal
+    assert not [t.number for t in ran if t.status == "ok" and refused[t.number]], refused
+    # Trial 9: gmu 0.95 asked 133 GiB beside an actor holding 17.6 GiB; vLLM refused to
+    # start. It is refused at any margin, while the 15% margin alone let it run.
+    (nine,) = [t for t in ran if t.number == 9]
+    assert nine.status == "oom" and nine.phase == "startup"
+    assert refused[9] is not None and "gpu_memory_utilization 0.95" in refused[9]
+    model.calibrate(t for t in ran if t.number < 9)
+    assert model.predict(nine.config).exceeds(spec.memory_model.skip_margin) == refused[9]
+    # Trial 3 (gmu 0.9 beside 12 GiB) passed vLLM's check and ran out of memory later: no
+    # refusal there, only the margin's judgement.
+    assert refused[3] is None
+    # What the actor holds as the engine starts is measured after the train probe.
+    for trial in ran:
+        held = measured_phases(trial, engine=True)["actor"]
+        assert held == pytest.approx(model.physics_of(trial.config).components["actor_gib"], abs=0.6)
+
+
+def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level(job_x4) -> None:
+    spec, arch, trials = job_x4
+    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    own = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" not in t.metrics]
+    assert len(own) >= 8 and all(t.metrics["train_expandable_segments"] == 1.0 for t in own)
+    for trial in own:
+        measured = measured_phases(trial, engine=True)
+        physics = model.physics_of(trial.config).phases
+        # Training emptied the actor's cache: the hand-over stays at the start-up's level,
+        # also where training peaked higher than the engine's start-up did.
+        assert measured["wake"] == pytest.approx(physics["wake"], rel=0.08), trial.number
+        assert physics["wake"] == pytest.approx(physics["startup"])
+    assert any(t.metrics["train_peak_memory_gib"] > t.metrics["wake_peak_memory_gib"] + 20 for t in own)

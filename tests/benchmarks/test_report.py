@@ -62,3 +62,24 @@ def test_an_engine_that_started_slowly_is_listed_with_its_timing_lines() -> None
         if "engine_startup_s" in (t.get("metrics") or {}):
             t["metrics"]["engine_startup_s"] = 80.0
     assert "Slow engine start-ups" not in report(doc)
+
+
+def test_an_engine_start_out_of_memory_is_placed_by_its_logged_cause() -> None:
+    """The 1.5B job on four H200s (2026-11-27, real data): one engine refused its budget
+    beside the actor (vLLM's own check), one ran out of memory warming up its sampler with
+    1024 dummy requests after accepting it; a start-up failure with no cause on record says so."""
+    from benchmarks.gpu.dump_results import with_cause
+    from benchmarks.gpu.report import oom_place
+
+    doc = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-h200x4.json").read_text())
+    trials = {t["number"]: t for t in doc["jobs"][0]["trials"]}
+    assert oom_place(trials[9]) == "startup: the engine refused gpu_memory_utilization beside the actor"
+    assert oom_place(trials[3]).startswith("startup: the engine's sampler warm-up")
+    untold = {k: v for k, v in trials[9].items() if k != "error_cause"}
+    assert oom_place(untold) == "startup: the engine's start (its log's cause not recorded)"
+    # The dump adds the cause from the trial's log, once: not where the message has it.
+    log = "(EngineCore pid=7) ValueError: Free memory on device cuda:0 (1/2 GiB) on startup is less than x"
+    assert with_cause(dict(untold), log)["error_cause"].startswith("ValueError: Free memory")
+    told = dict(untold, error_message=f"x (the engine's log: {log[19:]})")
+    assert "error_cause" not in with_cause(told, log)
+    assert "error_cause" not in with_cause(trials[10], log)  # a trial that ran

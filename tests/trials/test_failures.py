@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 
 from trials.errors import EngineDied
-from trials.failures import PATTERNS, classify, classify_failure, classify_text, kv_exhaustion_marker
+from trials.failures import (
+    PATTERNS,
+    classify,
+    classify_failure,
+    classify_text,
+    kv_exhaustion_marker,
+    logged_cause,
+)
 
 # Real texts, verbatim from vLLM 0.24/0.32 (GPU and CPU workers), SGLang 0.5, PyTorch 2.x.
 OOM_MESSAGES = [
@@ -234,3 +241,64 @@ def test_sglangs_kv_exhaustion_lines_are_found_in_its_log():
     assert kv_exhaustion_marker(log).startswith("[2026-11-21 12:00:02] KV cache pool is full")
     assert kv_exhaustion_marker("retract_decode: aborted last request 7f3a due to OOM")
     assert kv_exhaustion_marker("[2026-11-21 12:00:03] Decode batch, #running-req: 61") is None
+
+
+# The ends of two trials' logs on an H200 (vLLM 0.24.0, 2026-11-27), verbatim but for the
+# frames between: an engine that refused its budget, and one out of memory in its warm-up.
+ENGINE_INIT = RuntimeError("Engine core initialization failed. See root cause above. Failed core proc(s): {}")
+REFUSED_LOG = """\
+(EngineCore pid=7384)   File "/tmp/site/vllm/v1/worker/utils.py", line 415, in request_memory
+(EngineCore pid=7384)     raise ValueError(
+(EngineCore pid=7384) ValueError: Free memory on device cuda:0 (120.37/139.8 GiB) on startup is \
+less than desired GPU memory utilization (0.95, 132.81 GiB). Decrease GPU memory utilization or \
+reduce GPU memory used by other processes.
+[rank0]:[W1127 05:50:49.901455496 ProcessGroupNCCL.cpp:1575] Warning: WARNING: \
+destroy_process_group() was not called before program exit, which can leak resources.
+  File "/tmp/site/vllm/v1/engine/core_client.py", line 1053, in wait_for_engine_startup
+    raise RuntimeError(
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+WARM_UP_LOG = """\
+(EngineCore pid=5605)   File "/tmp/site/vllm/v1/worker/gpu_model_runner.py", line 6111, in _dummy_sampler_run
+(EngineCore pid=5605)     raise RuntimeError(
+(EngineCore pid=5605) RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 \
+dummy requests. Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.
+RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "cause"),
+    [
+        (REFUSED_LOG, "ValueError: Free memory on device cuda:0 (120.37/139.8 GiB) on startup"),
+        (WARM_UP_LOG, "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024"),
+        # No table row: the last line that raises, not the wrapper itself.
+        (
+            "(EngineCore pid=7) KeyError: 'model_type'\nRuntimeError: Engine core initialization failed.",
+            "KeyError: 'model_type'",
+        ),
+    ],
+)
+def test_the_logs_cause_of_a_wrapper_error_is_named(log, cause):
+    assert classify(ENGINE_INIT, log) in ("oom", "error")
+    found = logged_cause(ENGINE_INIT, log)
+    assert found is not None and found.startswith(cause) and "pid=" not in found
+
+
+def test_a_self_explaining_error_needs_no_cause_from_the_log():
+    assert logged_cause(ValueError("max_model_len must be >= 1"), REFUSED_LOG) is None
+    assert logged_cause(ENGINE_INIT, "nothing raised here") is None
+
+
+def test_a_failed_trials_message_carries_the_logs_cause():
+    from trials.runner import _record_failure
+    from trials.types import TrialResult
+
+    result = TrialResult("t", "ok")
+    _record_failure(result, ENGINE_INIT, REFUSED_LOG, "RuntimeError: Engine core initialization failed.")
+    assert result.status == "oom"
+    assert result.error_message.startswith("Engine core initialization failed. See root cause above.")
+    assert (
+        "(the engine's log: ValueError: Free memory on device cuda:0 (120.37/139.8 GiB)"
+        in result.error_message
+    )
