@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One H200: the trials' train phase against verl's layouts (layout_bench.py), then the
+# On an H200 host: the trials' train phase against verl's layouts (layout_bench.py), then the
 # Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
