@@ -285,7 +285,7 @@ class MemoryModel:
         self.capacity_gib = capacity_gib
         self.k = physics or Physics()
         self.corrections: dict[str, Correction] = {}
-        self._cache: dict[str, MemoryPrediction] = {}
+        self._cache: dict[str, tuple[TrialSpec, MemoryPrediction]] = {}
         self._lengths: StepLengths | None = None
         self._batch = batch_draw(spec)
 
@@ -342,20 +342,23 @@ class MemoryModel:
         return self._lengths
 
     def physics_of(self, config: dict) -> MemoryPrediction:
+        return self._trial_and_physics(config)[1]
+
+    def _trial_and_physics(self, config: dict) -> tuple[TrialSpec, MemoryPrediction]:
         key = json.dumps(config, sort_keys=True, default=str)
         if key not in self._cache:
-            self._cache[key] = self.physics(self.trial_spec(config))
+            trial = self.trial_spec(config)
+            self._cache[key] = (trial, self.physics(trial))
         return self._cache[key]
 
     def predict(self, config: dict) -> MemoryPrediction:
         """The calibrated prediction for a config (flat, keyed by verl paths)."""
-        prior = self.physics_of(config)
+        trial, prior = self._trial_and_physics(config)
         phases = {p: self._corrected(p, v, config) for p, v in prior.phases.items()}
         checks = dict(phases) if self.device == "cuda" else {}
         if self.device != "cpu":
-            return MemoryPrediction(
-                phases, checks, self.capacity_gib, dict(prior.components), self._refusal(prior, config)
-            )
+            refusal = self._refusal(trial, prior, config)
+            return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components), refusal)
         actor = self._corrected("actor", prior.components["actor_gib"], config)
         if "engine_budget_gib" in prior.components:
             checks["startup"] = actor + prior.components["engine_budget_gib"]
@@ -365,12 +368,11 @@ class MemoryModel:
             checks["train"] = phases["train"]
         return MemoryPrediction(phases, checks, self.capacity_gib, dict(prior.components))
 
-    def _refusal(self, prior: MemoryPrediction, config: dict) -> str | None:
+    def _refusal(self, trial: TrialSpec, prior: MemoryPrediction, config: dict) -> str | None:
         """The engine's refusal to start beside the actor as calibrated (its resident memory
         measured when engines started, the allocator's cached blocks included), on CUDA."""
         if "engine_budget_gib" not in prior.components or not self.capacity_gib:
             return None
-        trial = self.trial_spec(config)
         held = self._corrected("actor", prior.components["actor_gib"], config)
         return engine_refusal(
             trial.rollout.engine,
