@@ -60,8 +60,19 @@ from trials.verl.launch import launch_verl
 log = logging.getLogger(__name__)
 
 
+def this_host() -> str:
+    """The host part of a runner id: the hostname and, where the kernel tells it, its boot id.
+    Lent machines and containers often share a hostname; a pid is only meaningful on the
+    machine (and boot) that issued it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f"{socket.gethostname()}@{f.read().strip()[:8]}"
+    except OSError:
+        return socket.gethostname()
+
+
 def runner_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    return f"{this_host()}:{os.getpid()}"
 
 
 def resolve_device(spec: JobSpec) -> Literal["cuda", "cpu"]:
@@ -422,13 +433,13 @@ def take_over(ctx: JobContext, job_id: str) -> JobRecord:
     job = ctx.store.get(job_id)
     if job.status == "running" and job.runner_id:
         host, _, pid = job.runner_id.rpartition(":")
-        here = host == socket.gethostname() and pid.isdigit()
+        here = host == this_host() and pid.isdigit()
         silent_s = (
             None
             if job.heartbeat_at is None
             else (datetime.now(timezone.utc) - job.heartbeat_at).total_seconds()
         )
-        if (here and not pid_alive(int(pid))) or (
+        if (here and (int(pid) == os.getpid() or not pid_alive(int(pid)))) or (
             not here and (silent_s is None or silent_s > ctx.settings.orphan_after_s)
         ):
             job = ctx.store.release(job_id, job.runner_id)
@@ -451,7 +462,7 @@ def recover_orphans(ctx: JobContext, stale_after_s: float) -> list[str]:
     ``stale_after_s`` (``JobStore.requeue_orphans``).
     """
     released = []
-    here = socket.gethostname()
+    here = this_host()
     for job in _running_jobs(ctx):
         host, _, pid = (job.runner_id or "").rpartition(":")
         if host != here or not pid.isdigit() or int(pid) == os.getpid() or pid_alive(int(pid)):

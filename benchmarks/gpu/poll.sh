@@ -2,7 +2,8 @@
 # On the GPU host: wait up to SECONDS (default 540) or until every study, recorder and plan
 # that run-studies.sh / scale-out-x4.sh / verl-h200.sh / verl-lanes.sh started has exited,
 # then pack into $OUT/results.tgz each job's trials as JSON (dump_results) with a copy of its
-# SQLite database, the landscapes, the SGLang smoke summaries, the probes' reports, the
+# SQLite database and the commands that ran it (<name>.command, which STUDY_RESUME reads),
+# the landscapes, the SGLang smoke summaries, the probes' reports, the
 # profiles of `verl_compare --profile /tmp/at/profiles`, the logs
 # and plan outputs (those under 2 MiB), and each verl run's folder so far (metrics.jsonl,
 # trace/, arrivals.json and the end of verl.log: what `verl_compare recover` rebuilds a run
@@ -24,8 +25,11 @@ rm -rf "$pack" && mkdir -p "$pack/logs"
 for d in /tmp/at/*/; do
   name=$(basename "$d")
   [ -f "$d/autotuner.db" ] || continue
+  # every host's command, in order (a job resumed with STUDY_RESUME ran under several)
+  [ -f "$d/command" ] && cp "$d/command" "$pack/$name.command"
   AUTOTUNER_DATA_DIR=$d python3 -m benchmarks.gpu.dump_results "$pack/$name.json" \
-    "$(cat "$d/command" 2>/dev/null || echo "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml")" \
+    "$(awk 'NR > 1 { printf "; then " } { printf "%s", $0 }' "$d/command" 2>/dev/null ||
+      echo "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml")" \
     "(benchmarks/gpu/run-studies.sh: one SQLite database per study)"
   python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
     "$d/autotuner.db" "$pack/$name.db"

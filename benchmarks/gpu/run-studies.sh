@@ -13,7 +13,8 @@
 # other GPUs of the host, beside a head that an earlier call started over its own).
 # STUDY_RESUME=DIR: go on with a job an earlier host started: DIR holds the <name>.db that
 # poll.sh packed there (carried back in a later device call); its unfinished job resumes
-# (`autotuner resume`: finished trials are kept, a silent runner's job is taken over).
+# (`autotuner resume`: finished trials are kept, a silent runner's job is taken over), and
+# <name>.command, the commands that ran it so far, when poll.sh packed one.
 # The tuner and vLLM's trials use /tmp/site (setup-host.sh); the trials of sglang jobs get
 # /tmp/site-sglang instead when setup-sglang.sh made it (AUTOTUNER_ENGINE_PYTHONPATH__SGLANG).
 set -euo pipefail
@@ -43,6 +44,10 @@ fi
 for job in "$@"; do
   name=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
   mkdir -p "/tmp/at/$name"
+  # a resumed job's record starts with the commands of the hosts before (poll.sh packs it)
+  if [ -n "${STUDY_RESUME:-}" ] && [ -f "$STUDY_RESUME/$name.command" ] && [ ! -f "/tmp/at/$name/command" ]; then
+    cp "$STUDY_RESUME/$name.command" "/tmp/at/$name/command"
+  fi
   echo "${STUDY_GPUS:+STUDY_GPUS=$STUDY_GPUS }${STUDY_TAG:+STUDY_TAG=$STUDY_TAG }${STUDY_RAY:+STUDY_RAY=$STUDY_RAY }${STUDY_RESUME:+STUDY_RESUME=$STUDY_RESUME }bash benchmarks/gpu/run-studies.sh $job${STUDY_PLAN:+ (from $STUDY_PLAN)}" >> "/tmp/at/$name/command"
   command=(tune "$job")
   if [ -n "${STUDY_RESUME:-}" ] && [ -f "$STUDY_RESUME/$name.db" ]; then

@@ -4,6 +4,7 @@ over and over stops the job naming it; a lost database is told apart from a bug.
 from __future__ import annotations
 
 import sqlite3
+import subprocess
 
 import optuna
 import pytest
@@ -253,7 +254,6 @@ def test_resume_takes_over_a_job_whose_runner_elsewhere_went_silent(tmp_path) ->
     """A database copied from a host that was lost: its running job's runner sends no
     heartbeat any more, so ``autotuner resume`` may claim it; one still heartbeating, or a
     live runner on this host, is refused."""
-    import os
     from datetime import datetime, timedelta, timezone
 
     from autotuner.errors import JobBusyError
@@ -289,9 +289,54 @@ def test_resume_takes_over_a_job_whose_runner_elsewhere_went_silent(tmp_path) ->
 
     # A live runner on this host is never taken over, however old its heartbeat.
     other = ctx.submit(spec)
-    here = f"{runner_id().rpartition(':')[0]}:{os.getpid()}"
-    ctx.store.claim(other.id, here)
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        here = f"{runner_id().rpartition(':')[0]}:{live.pid}"
+        ctx.store.claim(other.id, here)
+        with ctx.database.session() as session:
+            session.get(JobRow, other.id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
+        with pytest.raises(JobBusyError):
+            take_over(ctx, other.id)
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_resume_on_a_machine_of_the_same_hostname_takes_over_the_silent_job(tmp_path) -> None:
+    """Lent GPU hosts share a hostname and start their processes in the same order, so the
+    pid in a copied database's runner id can be alive on the new machine (it can be the
+    resuming process itself). The runner id carries the machine's boot id, so such a runner
+    counts as elsewhere and is judged by its heartbeat; the process's own pid never counts
+    as a live runner."""
+    import os
+    import socket
+    from datetime import datetime, timedelta, timezone
+
+    from autotuner.jobs import take_over, this_host
+    from storage.models import JobRow
+
+    assert this_host().startswith(socket.gethostname())
+    if os.path.exists("/proc/sys/kernel/random/boot_id"):
+        assert this_host() != socket.gethostname()  # the boot id tells machines apart
+    ctx = JobContext.open(Settings(data_dir=tmp_path, orphan_after_s=120))
+    spec = parse_job_spec(
+        {
+            "name": "copied",
+            "workload": {"model": "tiny", "train_batch_size": 8, "n": 1, "ppo_mini_batch_size": 4},
+            "cluster": {"device": "cpu"},
+        }
+    )
+    an_hour_ago = datetime.now(timezone.utc) - timedelta(hours=1)
+    # An id as another machine of this hostname wrote it (hostname only), naming a pid that
+    # is alive here: this process's parent.
+    copied = ctx.submit(spec)
+    ctx.store.claim(copied.id, f"{socket.gethostname()}:{os.getppid()}")
+    # An id of this very machine naming the resuming process itself.
+    own = ctx.submit(spec)
+    ctx.store.claim(own.id, f"{this_host()}:{os.getpid()}")
     with ctx.database.session() as session:
-        session.get(JobRow, other.id).heartbeat_at = datetime.now(timezone.utc) - timedelta(hours=1)
-    with pytest.raises(JobBusyError):
-        take_over(ctx, other.id)
+        for job_id in (copied.id, own.id):
+            session.get(JobRow, job_id).heartbeat_at = an_hour_ago
+    for job_id in (copied.id, own.id):
+        claimed = take_over(ctx, job_id)
+        assert claimed.status == "running" and claimed.runner_id == runner_id()
