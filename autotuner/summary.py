@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autotuner.knobs import R
+from autotuner.memory import ADOPTED_PHASES
 from autotuner.noise import Noise, Verdict, compare, tie_band_pct
 from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
@@ -180,12 +181,16 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
 
 def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
     """The memory model's error on the trials it predicted before they ran, per phase:
-    mean and largest |measured - predicted| (GiB), and the mean relative to measured (%)."""
+    mean and largest |measured - predicted| (GiB), and the mean relative to measured (%).
+    A trial that took over another's rollout measured neither its start-up, rollout and
+    wake nor its peak (``memory.ADOPTED_PHASES``): errors it recorded there, as trials did
+    before that was known, are left out."""
     per_phase: dict[str, list[tuple[float, float]]] = {}
     for r in recs:
+        not_its_own = (*ADOPTED_PHASES, "peak") if "rollout_reused_from_trial" in r.metrics else ()
         for phase, error in r.memory_error_gib.items():
             predicted = r.predicted_memory_gib.get(phase)
-            if predicted is not None:
+            if predicted is not None and phase not in not_its_own:
                 per_phase.setdefault(phase, []).append((float(error), predicted + float(error)))
     phases = {}
     for phase, pairs in per_phase.items():

@@ -302,3 +302,18 @@ def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level
         assert measured["wake"] == pytest.approx(physics["wake"], rel=0.08), trial.number
         assert physics["wake"] == pytest.approx(physics["startup"])
     assert any(t.metrics["train_peak_memory_gib"] > t.metrics["wake_peak_memory_gib"] + 20 for t in own)
+
+
+def test_the_jobs_memory_errors_leave_out_what_a_reused_trial_did_not_measure(job_x4) -> None:
+    """Trials recorded errors on the start-up, rollout and wake they took over from another
+    trial before that was known; the job's summary of the model's error leaves them out."""
+    from autotuner.summary import memory_errors
+
+    _, _, trials = job_x4
+    reused = [t for t in trials if "rollout_reused_from_trial" in t.metrics and t.memory_error_gib]
+    assert reused and any(abs(t.memory_error_gib.get("startup", 0)) > 40 for t in reused)
+    errors = memory_errors(trials)
+    own = [t for t in trials if t not in reused and "startup" in t.memory_error_gib]
+    assert errors["startup"]["trials"] == len(own)
+    assert errors["startup"]["max_abs_error_gib"] == max(abs(t.memory_error_gib["startup"]) for t in own)
+    assert errors["train"]["trials"] == len(own) + len(reused)  # its own phases still count
