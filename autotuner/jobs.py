@@ -7,6 +7,7 @@ so a job whose process died resumes where it stopped.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -60,10 +61,12 @@ from trials.verl.launch import launch_verl
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def this_host() -> str:
-    """The host part of a runner id: the hostname and, where the kernel tells it, its boot id.
-    Lent machines and containers often share a hostname; a pid is only meaningful on the
-    machine (and boot) that issued it."""
+    """The host part of a runner id: the hostname and, where the kernel tells it, its boot id
+    (read once: runners claim and heartbeat with it in their loops). Lent machines and
+    containers often share a hostname; a pid is only meaningful on the machine (and boot)
+    that issued it."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
             return f"{socket.gethostname()}@{f.read().strip()[:8]}"
