@@ -5,8 +5,8 @@
   one H200 (vLLM 0.24, FSDP2 actor): the physics on every phase those trials finished.
 - benchmarks/search/landscapes/cpu-train-mid.json: the same trial on a CPU under a 2 GiB
   cap, 36 configs twice, many of them out of memory: calibration and skipping.
-- benchmarks/results/qwen2.5-1.5b-grpo-h200x4.json: the 1.5B job of 2026-11-27 on four H200s
-  (a trial per GPU, expandable segments in training, rollouts taken over by trials that
+- benchmarks/results/qwen2.5-1.5b-grpo-job-h200.json: the 1.5B job of 2026-11-27 on hosts of four
+  and two H200s (a trial per GPU, expandable segments in training, rollouts taken over by trials that
   share their engine side): what those trials measure, and the out-of-memory start-ups.
 - benchmarks/results/qwen2.5-1.5b-grpo-h200.json: 22 H200 trials of the trial before
   2026-11-24 (a knob they predate at what they ran with): the shapes of the prediction
@@ -33,7 +33,7 @@ from .conftest import REPO
 H200_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200.json"
 PACKED_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-packed-h200.json"
 CPU_LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
-JOB_X4_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200x4.json"
+JOB_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-job-h200.json"
 H200_GIB = 140.4  # NVML's total for the H200 those trials ran on
 
 
@@ -240,8 +240,8 @@ def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200
 
 
 @pytest.fixture(scope="module")
-def job_x4():
-    job = json.loads(JOB_X4_RESULTS.read_text())["jobs"][0]
+def job_trials():
+    job = json.loads(JOB_RESULTS.read_text())["jobs"][0]
     spec = JobSpec.model_validate(job["spec"])
     fields = {f.name for f in dataclasses.fields(TrialRecord)}
     # (what the dump adds beside a record: ``error_cause``, gpu/dump_results.py)
@@ -251,8 +251,8 @@ def job_x4():
     return spec, spec.validate_model(), trials
 
 
-def test_a_trial_that_took_over_a_rollout_measures_only_its_own_phases(job_x4) -> None:
-    _, _, trials = job_x4
+def test_a_trial_that_took_over_a_rollout_measures_only_its_own_phases(job_trials) -> None:
+    _, _, trials = job_trials
     reused = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" in t.metrics]
     assert reused
     for trial in reused:
@@ -264,8 +264,10 @@ def test_a_trial_that_took_over_a_rollout_measures_only_its_own_phases(job_x4) -
         assert {"train", "train_probe", "actor"} <= measured.keys()
 
 
-def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fitting_trial(job_x4) -> None:
-    spec, arch, trials = job_x4
+def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fitting_trial(
+    job_trials,
+) -> None:
+    spec, arch, trials = job_trials
     model = MemoryModel(spec, arch, "cuda", H200_GIB)
     ran = [t for t in trials if t.status in ("ok", "oom")]
     refused = {}
@@ -289,8 +291,8 @@ def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fit
         assert held == pytest.approx(model.physics_of(trial.config).components["actor_gib"], abs=0.6)
 
 
-def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level(job_x4) -> None:
-    spec, arch, trials = job_x4
+def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level(job_trials) -> None:
+    spec, arch, trials = job_trials
     model = MemoryModel(spec, arch, "cuda", H200_GIB)
     own = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" not in t.metrics]
     assert len(own) >= 8 and all(t.metrics["train_expandable_segments"] == 1.0 for t in own)
@@ -304,12 +306,12 @@ def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level
     assert any(t.metrics["train_peak_memory_gib"] > t.metrics["wake_peak_memory_gib"] + 20 for t in own)
 
 
-def test_the_jobs_memory_errors_leave_out_what_a_reused_trial_did_not_measure(job_x4) -> None:
+def test_the_jobs_memory_errors_leave_out_what_a_reused_trial_did_not_measure(job_trials) -> None:
     """Trials recorded errors on the start-up, rollout and wake they took over from another
     trial before that was known; the job's summary of the model's error leaves them out."""
     from autotuner.summary import memory_errors
 
-    _, _, trials = job_x4
+    _, _, trials = job_trials
     reused = [t for t in trials if "rollout_reused_from_trial" in t.metrics and t.memory_error_gib]
     assert reused and any(abs(t.memory_error_gib.get("startup", 0)) > 40 for t in reused)
     errors = memory_errors(trials)

@@ -65,13 +65,13 @@ def test_an_engine_that_started_slowly_is_listed_with_its_timing_lines() -> None
 
 
 def test_an_engine_start_out_of_memory_is_placed_by_its_logged_cause() -> None:
-    """The 1.5B job on four H200s (2026-11-27, real data): one engine refused its budget
+    """The 1.5B job on H200s (2026-11-27, real data): one engine refused its budget
     beside the actor (vLLM's own check), one ran out of memory warming up its sampler with
     1024 dummy requests after accepting it; a start-up failure with no cause on record says so."""
     from benchmarks.gpu.dump_results import with_cause
     from benchmarks.gpu.report import oom_place
 
-    doc = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-h200x4.json").read_text())
+    doc = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-job-h200.json").read_text())
     trials = {t["number"]: t for t in doc["jobs"][0]["trials"]}
     assert oom_place(trials[9]) == "startup: the engine refused gpu_memory_utilization beside the actor"
     assert oom_place(trials[3]).startswith("startup: the engine's sampler warm-up")
