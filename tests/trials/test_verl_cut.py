@@ -20,7 +20,7 @@ from trials.lengths import step_lengths
 from trials.memory import process_tree_rss_bytes
 from trials.train import run_train
 from trials.types import BatchDraw
-from trials.verl.cut import PHASES, REPEAT_BUDGET_S, CutPlan, PreparedCut, measure
+from trials.verl.cut import PARTS, PHASES, REPEAT_BUDGET_S, CutPlan, PreparedCut, measure
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,6 +71,14 @@ def test_a_cut_records_the_collectors_share_and_the_heap() -> None:
         assert 1 <= cut[f"{phase}_cuts"] <= 3
         assert 0 <= cut[f"{phase}_gc_s"] < cut[phase]
         assert cut[f"{phase}_full_gcs"] >= 0
+    # A phase's seconds are its cut and the rest of verl's work around its micro-batches:
+    # the update's mini-batch selection, a log-prob pass's outputs gathered.
+    shares = {"old_log_prob": ("prepare_s", "outputs_s"), "ref_log_prob": ("prepare_s", "outputs_s"),
+              "update_actor": ("prepare_s", "select_s")}  # fmt: skip
+    for phase, parts in shares.items():
+        assert all(cut[f"{phase}_{part}"] > 0 for part in parts), phase
+        assert sum(cut[f"{phase}_{part}"] for part in parts) == pytest.approx(cut[phase])
+        assert not any(f"{phase}_{part}" in cut for part in PARTS if part not in parts)
     # A phase is cut again unless its first cut alone took the budget (a log-prob cut of 67
     # micro-batches takes about a second on an idle 2-core machine, several on a loaded one).
     for phase in PHASES:
@@ -247,3 +255,56 @@ def test_a_trial_readies_verls_cut_while_it_starts(tiny_config) -> None:
     assert result.metrics["verl_cut_ready_wait_s"] >= 0
     for phase in PHASES:
         assert 0 < result.metrics[f"{phase}_verl_cut_s"] < result.phase_timings_s[phase]
+
+
+_AROUND = """
+import json, sys
+from verl.workers.engine.utils import postprocess_batch_func
+from trials.verl.cut import (REF_ENTRIES, UPDATE_ENTRIES, mini_batch_timed, pass_outputs, prepare_timed,
+                             with_entries, worker_batch)
+
+p = json.loads(sys.argv[1])
+td = worker_batch(p["prompt_lengths"], p["response_lengths"])
+cut = {}
+prepare_timed(td, True, p["log_prob_max_token_len"], 2, cut=cut)
+outputs = pass_outputs(cut["micro_batches"], True)
+output = postprocess_batch_func(output_lst=outputs, indices=cut["indices"], data=td)
+gathered = {k: [int(n) for n in v.offsets().diff()] for k, v in output["model_output"].items()}
+update = with_entries(with_entries(td, REF_ENTRIES), UPDATE_ENTRIES)
+size = len(p["prompt_lengths"])
+mini, _ = mini_batch_timed(update, list(range(64, 128)), last=False)
+select = {}
+for per in (64, 16):
+    select[per] = sum(mini_batch_timed(update, list(range(i, i + per)), i + per == size)[1]["wall_s"]
+                      for i in range(0, size, per))
+print(json.dumps({"gathered": gathered, "reordered": cut["indices"] is not None,
+                  "mini": [int(n) for n in mini["input_ids"].offsets().diff()],
+                  "mini_keys": sorted(mini.keys()), "tokens": mini["global_token_num"],
+                  "select": select}))
+"""
+
+
+def test_verls_work_around_its_micro_batches_runs_on_the_trials_batch() -> None:
+    """What the cut's process times beside the cut is verl's own code on the batch's shape: a
+    log-prob pass's outputs, nested by sequence as verl's forward makes them, gathered back
+    into the batch's order under dynamic batches; each update mini-batch taken out whole,
+    its token counts read; a selection's cost grows with the mini-batches taken."""
+    plan = _plan(3584)
+    done = subprocess.run(
+        [verl_python(), "-c", _AROUND, json.dumps(dataclasses.asdict(plan))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=dict(os.environ) | {"PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    lengths = [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
+    assert out["reordered"]  # dynamic batches: verl's micro-batches are not in the batch's order
+    assert out["gathered"] == {"log_probs": lengths, "entropy": lengths}
+    assert out["mini"] == lengths[64:128] == out["tokens"]
+    assert {"advantages", "old_log_probs", "ref_log_prob", "uid"} <= set(out["mini_keys"])
+    # Every selection unbinds and rebuilds every field of the whole batch: four times the
+    # mini-batches, about four times the seconds.
+    assert out["select"]["16"] > 1.5 * out["select"]["64"]

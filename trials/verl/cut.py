@@ -11,6 +11,13 @@ it in (``trials.train``). The same cut says which sequences each of verl's micro
 holds (``PreparedCut.partitions``): a one-rank trial runs those micro-batches, in verl's
 order, rather than its own (``trials.train.verls_plans``).
 
+Beside the cut, the same environment times the rest of the host work verl's worker does
+around its micro-batches on a batch of this shape, with verl's own functions: the update
+takes each mini-batch out of the rank's batch (``mini_batch_timed``), and a log-prob pass
+gathers its micro-batches' outputs back into the batch's order (``outputs_timed``). A
+phase's seconds are the sum (``PARTS`` names each share). What runs on the GPU inside a
+micro-batch is the trial's own to measure.
+
 ``worker_batch`` builds a rank's batch as verl v0.9's default trainer hands it to the
 old-log-prob pass (every per-sequence tensor nested); ``verl_batch`` as its legacy trainer
 does. ``cut_seconds`` (run in verl's environment: ``python -m trials.verl cut``) times the cut
@@ -44,7 +51,10 @@ from trials.verl.gcclock import CLOCK, heap
 log = logging.getLogger(__name__)
 
 PHASES = ("old_log_prob", "ref_log_prob", "update_actor")
-BATCH_LAYOUT = 3  # the batch ``worker_batch`` builds and the file a cut writes: another is timed again
+BATCH_LAYOUT = 4  # the batch ``worker_batch`` builds and the file a cut writes: another is timed again
+# What a phase's seconds hold beside its cut (``prepare_s``): the update's mini-batch
+# selection (``select_s``), a log-prob pass's outputs gathered (``outputs_s``).
+PARTS = ("prepare_s", "select_s", "outputs_s")
 REPEATS = 3  # cuts of one phase, at most
 REPEAT_BUDGET_S = 3.0  # no further cut of a phase once its cuts took this long
 # The per-sequence tensors of a rank's batch in verl's worker, by the pass that cuts it
@@ -100,7 +110,7 @@ def worker_batch(prompts: list[int], responses: list[int]) -> Any:
         "rollout_log_probs": [torch.zeros(r) for _, r in rows],
         "dummy_tensor": [torch.zeros(1, dtype=torch.uint8) for _ in rows],
     }
-    fields = list_of_dict_to_tensordict([_fields(i) for i in range(len(rows))])
+    fields = list_of_dict_to_tensordict([sequence_fields(i) for i in range(len(rows))])
     for name in ENTRIES:
         fields[name] = torch.nested.as_nested_tensor(per_row[name], layout=torch.jagged)
     return fields
@@ -120,7 +130,9 @@ def with_entries(td: Any, names: tuple[str, ...]) -> Any:
     return out
 
 
-def _fields(i: int) -> dict[str, Any]:
+def sequence_fields(i: int) -> dict[str, Any]:
+    """Sequence ``i``'s per-sequence objects (``FIELDS``), as verl's dataset row and agent
+    loop give them."""
     values: dict[str, Any] = {
         "data_source": "autotuner",
         "ability": "synthetic",
@@ -189,11 +201,18 @@ def prepare_seconds(td: Any, dynamic: bool, max_tokens: int, micro_batch_size: i
 
 
 def prepare_timed(
-    td: Any, dynamic: bool, max_tokens: int, micro_batch_size: int, parts: list[list[int]] | None = None
+    td: Any,
+    dynamic: bool,
+    max_tokens: int,
+    micro_batch_size: int,
+    parts: list[list[int]] | None = None,
+    cut: dict[str, Any] | None = None,
 ) -> tuple[dict[str, float], int]:
     """verl's ``prepare_micro_batches`` on ``td``: its wall, CPU and garbage-collector seconds
     and collections (``GcClock.window``), and how many micro-batches it cut; ``parts``, where
-    given, gets the rows of each micro-batch in the order verl runs them."""
+    given, gets the rows of each micro-batch in the order verl runs them; ``cut``, where
+    given, what it returned (``micro_batches``, and ``indices``: the order dynamic batches
+    restore, else None)."""
     from verl.utils import tensordict_utils as tu
     from verl.workers.engine.utils import prepare_micro_batches
 
@@ -210,7 +229,69 @@ def prepare_timed(
         size = len(td)
         chunks = rows or [range(i, i + micro_batch_size) for i in range(0, size, micro_batch_size)]
         parts.extend([int(r) for r in chunk if r < size] for chunk in chunks)
+    if cut is not None:
+        cut.update(micro_batches=micro_batches, indices=rows)
     return timed, len(micro_batches)
+
+
+def pass_outputs(micro_batches: list[Any], entropy: bool) -> list[dict[str, Any]]:
+    """What verl v0.9's ``FSDPEngineWithLMHead.forward_step`` hands back for each micro-batch
+    of a forward-only pass (``workers/engine/fsdp/transformer_impl.py``): the log-prob of every
+    position (with ``entropy``: its entropy too) nested by the micro-batch's sequences, as
+    ``prepare_model_outputs`` nests them (``nested_tensor_from_jagged`` over its
+    ``input_ids``' offsets), the placeholder loss read to a float, no metrics."""
+    import torch
+
+    outputs = []
+    for mb in micro_batches:
+        offsets = mb["input_ids"].offsets()
+        values = {"log_probs": torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1])), offsets)}
+        if entropy:
+            values["entropy"] = torch.nested.nested_tensor_from_jagged(torch.zeros(int(offsets[-1])), offsets)
+        outputs.append({"model_output": values, "loss": 1.0, "metrics": {}})
+    return outputs
+
+
+def outputs_timed(td: Any, cut: dict[str, Any], entropy: bool) -> dict[str, float]:
+    """verl's work on a forward-only pass's outputs once its micro-batches ran, timed as
+    ``prepare_timed`` times the cut: ``postprocess_batch_func`` (``workers/engine/utils.py``:
+    every micro-batch's nested outputs unbound and rebuilt into one nested tensor per output,
+    put back in the batch's order under dynamic batches) and the worker's wrapping of them
+    with the pass's metrics into a TensorDict (``engine_workers.py``, ``_postprocess_output``).
+    The outputs (``pass_outputs``) are built first, untimed: in verl the forward makes them."""
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.engine.utils import postprocess_batch_func
+
+    outputs = pass_outputs(cut["micro_batches"], entropy)
+    timed: dict[str, float] = {}
+    with CLOCK.install().window(timed):
+        output = postprocess_batch_func(output_lst=outputs, indices=cut["indices"], data=td)
+        tu.get_tensordict(tensor_dict=output["model_output"], non_tensor_dict={"metrics": output["metrics"]})
+    return timed
+
+
+def mini_batch_timed(update: Any, rows: list[int], last: bool) -> tuple[Any, dict[str, float]]:
+    """One mini-batch of the update taken from the rank's batch as verl v0.9's
+    ``TrainingWorker.train_mini_batch`` (``workers/engine_workers.py``) takes it, timed:
+    ``make_iterator``'s ``index_select_tensor_dict`` (every nested field unbound and rebuilt,
+    every non-tensor field indexed), its sequences' token counts read back, the step's
+    settings assigned. (With several data-parallel ranks verl also gathers the token counts
+    from every rank; a rank's cut has no other ranks.)"""
+    import torch
+    from tensordict import NonTensorData
+    from verl.utils import tensordict_utils as tu
+
+    timed: dict[str, float] = {}
+    with CLOCK.install().window(timed):
+        mini = tu.index_select_tensor_dict(update, torch.tensor(rows))
+        tokens = mini["input_ids"].offsets().diff().tolist()
+        tu.assign_non_tensor(
+            mini,
+            global_token_num=NonTensorData(tokens),
+            update_lr_scheduler=last,
+            disable_auto_offload=True,
+        )
+    return mini, timed
 
 
 def prepared_batch(plan: CutPlan) -> Any:
@@ -227,8 +308,10 @@ def cut_seconds(
     budget_s: float = REPEAT_BUDGET_S,
     partitions: dict[str, list[list[list[int]]]] | None = None,
 ) -> dict[str, float]:
-    """Per phase, the seconds verl cuts ``plan``'s batch in (the update: over its mini-batches);
-    ``td``: the batch ``prepared_batch`` made, else made here.
+    """Per phase, the seconds verl's worker spends on ``plan``'s batch around its
+    micro-batches: the cut (the update: over its mini-batches), the update's mini-batch
+    selection, a log-prob pass's outputs gathered (``PARTS``, each also on its own as
+    ``<phase>_<part>``); ``td``: the batch ``prepared_batch`` made, else made here.
 
     A collection of the whole heap lands in some cuts and not in others, so each phase is cut
     up to ``REPEATS`` times, while its cuts so far took under ``budget_s``, and its seconds are
@@ -239,8 +322,6 @@ def cut_seconds(
     ``partitions``, where given, gets verl's micro-batches of each phase: per phase a list of
     groups (one for a log-prob pass, one per mini-batch for the update), each a list of
     micro-batches, each the rank's sequence indices in it, in the order verl runs them."""
-    from verl.utils import tensordict_utils as tu
-
     td = prepared_batch(plan) if td is None else td
     dynamic, budget = plan.use_dynamic_bsz, plan.log_prob_max_token_len
     size = len(plan.prompt_lengths)
@@ -253,31 +334,42 @@ def cut_seconds(
 
     seen: dict[str, list[list[list[int]]]] = {}
 
+    def add(total: dict[str, float], timed: dict[str, float], part: str) -> None:
+        for key, value in timed.items():
+            total[key] = total.get(key, 0.0) + value
+        total[f"{part}_s"] = total.get(f"{part}_s", 0.0) + timed["wall_s"]
+
     def update_cut() -> dict[str, float]:
-        total: dict[str, float] = {}
+        total: dict[str, float] = {"select_s": 0.0}
         groups = []
-        for rows in minis:
-            mini = tu.index_select_tensor_dict(update, rows)
+        for j, rows in enumerate(minis):
+            mini, picked = mini_batch_timed(update, rows, last=j == len(minis) - 1)
+            add(total, picked, "select")
             parts: list[list[int]] = []
             timed, _ = prepare_timed(mini, dynamic, plan.ppo_max_token_len, plan.ppo_micro_batch_size, parts)
+            add(total, timed, "prepare")
             groups.append([[rows[i] for i in part] for part in parts])
-            for key, value in timed.items():
-                total[key] = total.get(key, 0.0) + value
         seen.setdefault("update_actor", groups)
         return total
 
-    def log_prob_cut(phase: str, batch: Any, micro_batch_size: int) -> dict[str, float]:
+    def log_prob_cut(phase: str, batch: Any, micro_batch_size: int, entropy: bool) -> dict[str, float]:
         parts: list[list[int]] = []
-        timed, _ = prepare_timed(batch, dynamic, budget, micro_batch_size, parts)
+        cut: dict[str, Any] = {}
+        total: dict[str, float] = {}
+        timed, _ = prepare_timed(batch, dynamic, budget, micro_batch_size, parts, cut)
+        add(total, timed, "prepare")
+        add(total, outputs_timed(batch, cut, entropy), "outputs")
         seen.setdefault(phase, [parts])
-        return timed
+        return total
 
     cuts: dict[str, Any] = {
-        "old_log_prob": lambda: log_prob_cut("old_log_prob", td, plan.log_prob_micro_batch_size),
+        "old_log_prob": lambda: log_prob_cut("old_log_prob", td, plan.log_prob_micro_batch_size, True),
         "update_actor": update_cut,
     }
     if plan.use_ref:
-        cuts["ref_log_prob"] = lambda: log_prob_cut("ref_log_prob", ref, plan.ref_log_prob_micro_batch_size)
+        cuts["ref_log_prob"] = lambda: log_prob_cut(
+            "ref_log_prob", ref, plan.ref_log_prob_micro_batch_size, False
+        )
     result: dict[str, float] = {}
     for phase in (phase for phase in PHASES if phase in cuts):
         runs = [cuts[phase]()]
@@ -286,6 +378,7 @@ def cut_seconds(
         mean = {key: sum(r[key] for r in runs) / len(runs) for key in runs[0]}
         result[phase] = mean["wall_s"]
         result.update({f"{phase}_gc_s": mean["gc_s"], f"{phase}_full_gcs": mean["full_gcs"]})
+        result.update({f"{phase}_{part}": mean[part] for part in PARTS if part in mean})
         result[f"{phase}_cuts"] = float(len(runs))
     result.update(heap())
     if partitions is not None:
