@@ -86,7 +86,7 @@ def dtype_bits(name: str) -> float:
     return {"float32": 32.0, "bfloat16": 16.0, "float16": 16.0}.get(name, 0.0)
 
 
-SOFTWARE_PACKAGES = ("torch", "transformers", "flash_attn", "vllm", "sglang", "verl")
+SOFTWARE_PACKAGES = ("torch", "transformers", "flash_attn", "tensordict", "vllm", "sglang", "verl")
 
 
 def host_cpus() -> dict[str, str]:

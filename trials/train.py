@@ -47,13 +47,13 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from trials import actor, profiling
+from trials import actor, profiling, worker_batch
 from trials.actor_state import ADAMW_LR, STRATEGIES, ActorState, build_actor_state, release
 from trials.batching import MicroBatch, log_prob_plan, update_plan
 from trials.device import dtype_bits
@@ -78,9 +78,34 @@ class _Setup:
     response_lengths: list[int]
     lengths: list[int]
 
+    phase: str = "old_log_prob"  # the pass whose batch a micro-batch is cut from
+    staged: dict[tuple[int, ...], worker_batch.StagedMicroBatch] = field(default_factory=dict)
+
     def tensors(self, mb: MicroBatch) -> actor.MicroBatchTensors:
-        layout = actor.layout_of(self.spec.train.use_remove_padding)
-        return actor.micro_batch(self.sequences, self.response_lengths, mb.indices, self.device, layout)
+        """The micro-batch's tensors on the device. Packed (verl's default layout): verl's
+        micro-batch moved whole and its inputs derived on the device
+        (``trials.worker_batch``), staged beforehand where its pass is timed; padded: the
+        trial's own tensors."""
+        if not self.spec.train.use_remove_padding:
+            return actor.micro_batch(
+                self.sequences, self.response_lengths, mb.indices, self.device, actor.PADDED
+            )
+        staged = self.staged.get(tuple(mb.indices))
+        if staged is None:  # outside a staged pass: the probe, a warm-up
+            staged = worker_batch.stage(self.sequences, self.response_lengths, tuple(mb.indices), self.phase)
+        return worker_batch.to_device(staged, self.device)
+
+    @contextlib.contextmanager
+    def staging(self, plan: list[MicroBatch], phase: str) -> Iterator[None]:
+        """``plan``'s micro-batches built on the host as ``phase``'s pass holds them in verl,
+        before the pass is timed (in verl its cut builds them, counted apart)."""
+        self.phase = phase
+        if self.spec.train.use_remove_padding:
+            self.staged = worker_batch.staged_plan(self.sequences, self.response_lengths, plan, phase)
+        try:
+            yield
+        finally:
+            self.staged = {}
 
     def tokens(self, mb: MicroBatch) -> int:
         """The micro-batch's real tokens."""
@@ -337,12 +362,14 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
         state.offload_params()
     if state.ref is not None:
         with in_phase("ref_log_prob"):
+            setup.phase = "ref_log_prob"
             _forward(setup, state.ref, _largest(setup, plans["ref_log_prob"]), None)
             _reshard(state.ref)
     with in_phase("update_actor"):
         state.model.train()
         state.load_params()
         state.load_optimizer()
+        setup.phase = "update_actor"
         _forward_backward(setup, state.model)(_largest(setup, plans["update_actor"]))
         actor.optimizer_step(state.model, state.optimizer)
         state.offload_optimizer()
@@ -400,6 +427,8 @@ def run_train(
     setup = _make_setup(spec, dtype, state)
     lengths = setup.lengths
     metrics["train_dtype_bits"] = dtype_bits(dtype)
+    # Packed micro-batches are verl's TensorDicts, moved whole (``trials.worker_batch``).
+    metrics["train_micro_batch_tensordict"] = float(spec.train.use_remove_padding)
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
     trials_plans = synced_plans(spec, state)
@@ -415,7 +444,7 @@ def run_train(
         reload_s += state.load_params()
         _reset_allocated_peak(setup)
         clock = _MicroBatchClock(setup.device)
-        with _collector("old_log_prob", metrics):
+        with setup.staging(plans["old_log_prob"], "old_log_prob"), _collector("old_log_prob", metrics):
             seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec), clock)
         _record_allocated_peak("old_log_prob", setup, metrics)
         metrics.update(clock.summary("old_log_prob"))
@@ -425,7 +454,7 @@ def run_train(
         with in_phase("ref_log_prob"):
             _reset_allocated_peak(setup)
             clock = _MicroBatchClock(setup.device)
-            with _collector("ref_log_prob", metrics):
+            with setup.staging(plans["ref_log_prob"], "ref_log_prob"), _collector("ref_log_prob", metrics):
                 seconds = _forward_phase(setup, state.ref, plans["ref_log_prob"], None, clock)
             _record_allocated_peak("ref_log_prob", setup, metrics)
             metrics.update(clock.summary("ref_log_prob"))
@@ -435,7 +464,7 @@ def run_train(
         reload_s += state.load_params() + state.load_optimizer()
         _reset_allocated_peak(setup)
         clock = _MicroBatchClock(setup.device)
-        with _collector("update_actor", metrics):
+        with setup.staging(plans["update_actor"], "update_actor"), _collector("update_actor", metrics):
             seconds, step_s, losses = _update_phase(
                 setup, state.model, state.optimizer, plans["update_actor"], clock
             )

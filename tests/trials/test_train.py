@@ -38,6 +38,8 @@ def test_train_measures_every_sub_phase(tiny_config):
         assert metrics[f"{name}_process_cpu_s"] >= 0.9 * count * metrics[f"{name}_micro_batch_thread_s_mean"]
     assert metrics["train_heap_objects"] > 10_000
     assert metrics["optimizer_step_s"] > 0
+    # Packed (verl's default): every micro-batch is verl's TensorDict, moved whole.
+    assert spec.train.use_remove_padding and metrics["train_micro_batch_tensordict"] == 1.0
     sequences, t = len(spec.train_prompt_lengths), spec.train
     assert metrics["old_log_prob_micro_batches"] == -(-sequences // t.log_prob_micro_batch_size_per_gpu)
     assert metrics["ref_log_prob_micro_batches"] == -(-sequences // t.ref_log_prob_micro_batch_size_per_gpu)
