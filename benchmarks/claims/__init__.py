@@ -76,6 +76,7 @@ from benchmarks.claims.strategy import (
 from benchmarks.claims.top import (
     engines_top,
     first_pass_slowdown,
+    job_top,
     load_test,
     packed_job_top,
     padded_figures,
@@ -169,6 +170,7 @@ CLAIMS: list[Claim] = [
     Claim("verl-three-headline", verl_three_headline),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
+    Claim("job-top", job_top),
     Claim("packed-job-top", packed_job_top),
     Claim("padded-figures", padded_figures),
     Claim("first-pass-slowdown", first_pass_slowdown),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from autotuner.noise import Verdict, compare
@@ -16,8 +17,10 @@ from benchmarks.claims.data import (
     job_of,
     load,
     measured,
+    median_runs,
     obsolete,
     obsolete_line,
+    runs,
     span,
     src,
     versus_single_runs,
@@ -38,10 +41,47 @@ from benchmarks.claims.search import (
     LANDSCAPE,
     landscape_best,
 )
+from benchmarks.gpu import report
 
 JOB_7B = "results/qwen2-7b-grpo-8gpu-h200.json"
+JOB_1P5B = "results/qwen2.5-1.5b-grpo-job-h200.json"
 DYNAMIC = "actor_rollout_ref.actor.use_dynamic_bsz"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
+
+
+def job_top() -> list[Line]:
+    """The Qwen2.5-1.5B job as a user runs it, in the top README: its winner against verl's
+    two baselines, each the median of its runs, judged against the pair's tie band."""
+    job = job_of(JOB_1P5B)
+    summary, trials = job["summary"], job["trials"]
+    best = summary["best"]
+    winner = runs(JOB_1P5B, best)
+    parts, numbers = [], [best]
+    for name, entry in summary["baselines"].items():
+        base = runs(JOB_1P5B, entry["trial"])
+        if not base or not winner:
+            return []
+        a, b = statistics.median(winner), statistics.median(base)
+        band = entry["tie_band_pct"]
+        verdict = compare(a, b, band)
+        said = "a tie" if verdict is Verdict.TIE else f"{a / b:.2f}x, {verdict} outside"
+        label = "verl's defaults" if name == DEFAULTS else "verl's example command"
+        parts.append(f"{label} ran at {median_runs(base)}: {said} the {band:.1f}% tie band")
+        numbers.append(entry["trial"])
+    oom_s = sum((t["wall_s"] or 0.0) * report.gpus(t) for t in trials if t["status"] == "oom")
+    searched = sum(1 for t in measured(JOB_1P5B) if not t["baseline"])
+    return [
+        Line(
+            f"The Qwen2.5-1.5B job (`benchmarks/jobs/qwen2.5-1.5b-grpo.yaml`, 256 prompts x 8 a step), "
+            f"run on {summary['device']}s one trial per GPU, finished on {job['finished_at'][:10]} "
+            f"(`benchmarks/README.md`, data in `benchmarks/{JOB_1P5B}`): the tuner's winner, trial "
+            f"{best}, ran at {median_runs(winner)} tokens/s/GPU; " + "; ".join(parts) + ". "
+            f"{searched} proposals measured beside the baselines, {summary['gpu_seconds'] / 3600:.1f} "
+            f"GPU-hours in all, {100 * oom_s / summary['gpu_seconds']:.1f}% of them in trials that ran "
+            "out of memory.",
+            src(JOB_1P5B, *numbers),
+        )
+    ]
 
 
 def packed_job_top() -> list[Line]:
