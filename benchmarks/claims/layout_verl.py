@@ -1,0 +1,153 @@
+"""The update's micro-batch layouts in verl itself beside the tuner's trial: configs that differ
+only in the update's layout, each run by the trial and by verl's own trainer on one host
+(``verl_compare.py``; the five layouts of ``benchmarks/gpu/layout-verl.sh``). Per config,
+each side's update rate, its ratio to a reference row's, the probe's ratio for that row
+(``docs/padding-vs-packing.md``) and how far the trial's ratio is off verl's.
+
+An update rate is the step's tokens over the update's seconds: a trial's ``train_tokens``
+over its ``update_actor`` phase (verl's cut into micro-batches counted in), each of verl's
+steps after its warm-up its ``perf/total_num_tokens`` over its ``timing_s/update_actor``.
+
+``layout_verl`` reads any ``verl_compare`` file (its ``runs`` at the top or under ``run``, as
+``results/`` keeps them). A file of the five layouts joins ``CLAIMS`` as
+``Claim("layout-verl", layout_verl(FILE, probe=probe_ratios()))`` with its markers in
+benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from benchmarks.claims.data import Line, generated_from, load, median_runs, table, verl_steps
+
+REFERENCE = "p4"
+WITHIN_PCT = 10.0
+# The probe's table as the layout benchmark's file holds it, and the names layout-verl.sh
+# gives its configs for the probe's rows.
+PROBE = "results/layout-fsdp1-h200.json"
+PROBE_ROWS = {
+    "p4": "packed-4",
+    "p8": "packed-8",
+    "p16": "packed-16",
+    "dyn16384": "packed-dynamic-16384",
+    "pad4": "padded-4",
+}
+VERL_RUN_DONE = ("ok", "partial")  # a partial run: its logged steps, rebuilt by `recover`
+
+
+def probe_ratios(reference: str = REFERENCE) -> dict[str, float]:
+    """The probe's tokens/s of each row over the reference row's, by config name."""
+    rows = load(PROBE)["probe"]
+    base = rows[PROBE_ROWS[reference]]["tokens_per_s"]
+    return {name: rows[row]["tokens_per_s"] / base for name, row in PROBE_ROWS.items()}
+
+
+def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per config of a ``verl_compare`` file, in its order: each ok trial's update tokens/s
+    (``trial``) and each measured step's of verl's runs (``verl``)."""
+    run = doc.get("run", doc)
+    rates: dict[str, dict[str, list[float]]] = {c: {"trial": [], "verl": []} for c in run["configs"]}
+    for r in run["runs"]:
+        if r["kind"] == "trial" and r["status"] == "ok":
+            rates[r["config"]]["trial"].append(
+                r["metrics"]["train_tokens"] / r["phase_timings_s"]["update_actor"]
+            )
+        elif r["kind"] == "verl" and r["status"] in VERL_RUN_DONE:
+            rates[r["config"]]["verl"] += [
+                s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)
+            ]
+    return rates
+
+
+def _ratios(rates: dict[str, dict[str, list[float]]], reference: str, side: str) -> dict[str, float]:
+    base = rates[reference][side]
+    if not base:
+        raise ValueError(f"reference row {reference!r} has no {side} update rate; choose another")
+    ref = statistics.median(base)
+    return {c: statistics.median(r[side]) / ref for c, r in rates.items() if r[side]}
+
+
+def layout_verl(
+    rel: str,
+    reference: str = REFERENCE,
+    probe: Mapping[str, float] | None = None,
+    within_pct: float = WITHIN_PCT,
+) -> Callable[[], list[Line]]:
+    """The table of ``rel`` (a ``verl_compare`` file under benchmarks/): per config, the trial's
+    and verl's update tokens/s (median, n, spread), each side's ratio to ``reference``'s, the
+    probe's ratio where ``probe`` gives one (and verl's off it), the trial's ratio off verl's;
+    then whether every row's trial ratio is within ``within_pct`` of verl's."""
+
+    def build() -> list[Line]:
+        doc = load(rel)
+        rates = update_rates(doc)
+        trial, verl = _ratios(rates, reference, "trial"), _ratios(rates, reference, "verl")
+        sources = (rel, PROBE) if probe is not None else (rel,)
+        header = [
+            "config",
+            "trial: update tok/s (median, n, spread)",
+            "verl: update tok/s (median of steps, n, spread)",
+            f"trial: ratio to {reference}",
+            f"verl: ratio to {reference}",
+        ]
+        header += ["probe's ratio", "verl off the probe"] if probe is not None else []
+        header.append("trial off verl")
+        rows, off = [], {}
+        for config, r in rates.items():
+            t, v = trial.get(config), verl.get(config)
+            cells = [
+                config,
+                median_runs(r["trial"]),
+                median_runs(r["verl"]),
+                f"{t:.2f}" if t else "-",
+                f"{v:.2f}" if v else "-",
+            ]
+            if probe is not None:
+                p = probe.get(config)
+                cells += [f"{p:.2f}" if p else "-", f"{100 * (v / p - 1):+.1f}%" if v and p else "-"]
+            if t and v:
+                off[config] = 100 * (t / v - 1)
+            cells.append(f"{off[config]:+.1f}%" if config in off else "-")
+            rows.append((cells, tuple(f"{s}#{config}" if s == rel else s for s in sources)))
+        return [
+            *_measured_on(doc, rel),
+            *table(header, rows),
+            Line(""),
+            _verdict(rates, off, reference, within_pct, rel),
+            Line(""),
+            generated_from(*sources),
+        ]
+
+    return build
+
+
+def _measured_on(doc: dict[str, Any], rel: str) -> list[Line]:
+    if "date" not in doc or "device" not in doc:
+        return []
+    return [Line(f"{doc['date']}, {doc['device']}.", (rel,)), Line("")]
+
+
+def _verdict(
+    rates: dict[str, dict[str, list[float]]],
+    off: dict[str, float],
+    reference: str,
+    within_pct: float,
+    rel: str,
+) -> Line:
+    """Which rows' trial ratio lies within ``within_pct`` of verl's, which beyond, which lack
+    a side; every row within only when some row beside the reference was compared and none
+    lacks a side."""
+    compared = {c: pct for c, pct in off.items() if c != reference}
+    within = [c for c, pct in compared.items() if abs(pct) <= within_pct]
+    beyond = [f"{c} ({pct:+.1f}%)" for c, pct in compared.items() if abs(pct) > within_pct]
+    missing = [c for c in rates if c not in off]
+    text = (
+        f"The trial's ratio within {within_pct:.0f}% of verl's: {len(within)} of {len(compared)} rows"
+        f" ({', '.join(within) or 'none'}); off by more: {', '.join(beyond) or 'none'}"
+    )
+    if missing:
+        text += f"; not measured by both: {', '.join(missing)}"
+    every = bool(compared) and not beyond and not missing
+    return Line(f"{text}. Every row within {within_pct:.0f}%: {'yes' if every else 'no'}.", (rel,))

@@ -1,0 +1,103 @@
+"""The layouts' table (``benchmarks.claims.layout_verl``) on a real comparison: verl's defaults,
+example and winner, the example's controls, on a host of four H200 (2026-11-27), with verl's
+defaults as the reference row. The expected figures are computed here from each side's own
+record of its update rate: the trial's ``update_actor_tokens_per_s``, verl's
+``timing_per_token_ms/update_actor`` of each step after its warm-up."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+
+from benchmarks.claims.data import HERE
+from benchmarks.claims.layout_verl import layout_verl, probe_ratios, update_rates
+
+LANES = "results/verl-qwen2.5-1.5b-h200x4-lanes.json"
+RAW = json.loads((HERE / LANES).read_text())["run"]
+
+
+def _own_rates(config: str) -> tuple[list[float], list[float]]:
+    runs = [r for r in RAW["runs"] if r["config"] == config]
+    trial = [r["metrics"]["update_actor_tokens_per_s"] for r in runs if r["kind"] == "trial"]
+    verl = [
+        1000 / s["timing_per_token_ms/update_actor"]
+        for r in runs
+        if r["kind"] == "verl"
+        for s in r["steps"][r["warmup_steps"] :]
+    ]
+    return trial, verl
+
+
+def _ratio(config: str, side: int) -> float:
+    return statistics.median(_own_rates(config)[side]) / statistics.median(_own_rates("defaults")[side])
+
+
+def _rows(lines: list[str]) -> dict[str, list[str]]:
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    return {row[0]: row[1:] for row in cells[1:]}
+
+
+def test_each_sides_ratio_to_the_reference_and_the_trials_error_come_from_the_raw_records() -> None:
+    lines = [line.text for line in layout_verl(LANES, reference="defaults")()]
+    rows = _rows(lines)
+    assert list(rows) == ["defaults", "example", "winner", "example_alloc_default", "example_profiled"]
+    assert lines[2].startswith("| config |") and "probe" not in lines[2]  # no probe column
+    for config in ("example", "winner", "example_profiled"):
+        trial, verl = _ratio(config, 0), _ratio(config, 1)
+        tokens, _, trial_ratio, verl_ratio, off = rows[config]
+        assert (trial_ratio, verl_ratio) == (f"{trial:.2f}", f"{verl:.2f}")
+        assert off == f"{100 * (trial / verl - 1):+.1f}%"
+        assert tokens.startswith(f"{statistics.median(_own_rates(config)[0]):.0f} (n=")
+    assert rows["defaults"][2:] == ["1.00", "1.00", "+0.0%"]
+    rates = update_rates({"run": RAW})
+    for config in rows:
+        trial, verl = _own_rates(config)
+        assert rates[config]["trial"] == pytest.approx(trial, rel=1e-9)
+        assert rates[config]["verl"] == pytest.approx(verl, rel=1e-9)
+    assert len(rates["defaults"]["verl"]) == 3  # the warm-up step left out
+
+
+def test_a_row_beyond_ten_percent_is_reported_off_and_a_row_without_verl_is_named() -> None:
+    lines = [line.text for line in layout_verl(LANES, reference="defaults")()]
+    rows = _rows(lines)
+    profiled = 100 * (_ratio("example_profiled", 0) / _ratio("example_profiled", 1) - 1)
+    assert profiled < -10  # its trial ran under torch's profiler
+    assert all(abs(100 * (_ratio(c, 0) / _ratio(c, 1) - 1)) <= 10 for c in ("example", "winner"))
+    assert rows["example_alloc_default"][1:] == ["-", rows["example_alloc_default"][2], "-", "-"]
+    (verdict,) = [line for line in lines if line.startswith("The trial's ratio")]
+    assert verdict == (
+        "The trial's ratio within 10% of verl's: 2 of 3 rows (example, winner); off by more: "
+        f"example_profiled ({profiled:+.1f}%); not measured by both: example_alloc_default. "
+        "Every row within 10%: no."
+    )
+    winner = 100 * (_ratio("winner", 0) / _ratio("winner", 1) - 1)
+    assert -10 < winner < -5  # beyond a band of 5%, inside one of 10%
+    tight = [line.text for line in layout_verl(LANES, reference="defaults", within_pct=5)()]
+    assert f"within 5% of verl's: 1 of 3 rows (example); off by more: winner ({winner:+.1f}%)" in tight[-3]
+    loose = [line.text for line in layout_verl(LANES, reference="defaults", within_pct=60)()]
+    assert "off by more: none" in next(line for line in loose if line.startswith("The trial's ratio"))
+    assert loose[-3].endswith("Every row within 60%: no.")  # a row still lacks verl's side
+
+
+def test_the_probe_column_gives_verls_ratio_off_the_probes() -> None:
+    lines = [line.text for line in layout_verl(LANES, reference="defaults", probe={"winner": 4.0})()]
+    rows = _rows(lines)
+    verl = _ratio("winner", 1)
+    assert rows["winner"][4:6] == ["4.00", f"{100 * (verl / 4.0 - 1):+.1f}%"]
+    assert rows["example"][4:6] == ["-", "-"]
+    assert lines[-1].endswith("`results/layout-fsdp1-h200.json`.")
+
+
+def test_the_probes_ratios_are_those_of_its_table() -> None:
+    # docs/padding-vs-packing.md: packed 4, 8, 16: 14,038, 23,643, 28,617; dynamic 16,384
+    # tokens: 29,632; padded to the micro-batch's longest at 4: 14,651 tokens/s.
+    ratios = {name: round(r, 2) for name, r in probe_ratios().items()}
+    assert ratios == {"p4": 1.0, "p8": 1.68, "p16": 2.04, "dyn16384": 2.11, "pad4": 1.04}
+    assert probe_ratios("p8")["p16"] == pytest.approx(28617 / 23643)
+
+
+def test_a_reference_row_without_a_measurement_is_refused() -> None:
+    with pytest.raises(ValueError, match="reference row 'example_alloc_default' has no verl update rate"):
+        layout_verl(LANES, reference="example_alloc_default")()
