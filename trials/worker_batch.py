@@ -110,11 +110,21 @@ def stage(
 
 def to_device(staged: StagedMicroBatch, device: torch.device) -> MicroBatchTensors:
     """``staged`` moved to ``device`` whole (``TensorDict.to``, as verl's ``forward_step``
-    begins: every nested field and every per-sequence object), then the packed row's ids and
-    positions taken from the nested tensors and the ids rolled by one for each position's
-    next token on the device; the positions predicting a response token come along."""
+    begins: every nested field and every per-sequence object), then the model's inputs
+    prepared as verl's ``prepare_model_inputs`` prepares them on the packed path: the
+    sampling temperature spread over the row, the row's ids and positions taken from the
+    nested tensors, the ids rolled by one for each position's next token; the positions
+    predicting a response token come along."""
     td = staged.td.to(device)
     ids = td["input_ids"].values()
+    # verl's per-sequence sampling temperature (``prepare_model_inputs``): a host list copied
+    # to the device, spread over the packed row (``expand_as_nested``, a ``repeat_interleave``
+    # whose output size the host waits for). At 1.0, verl's default, the logits stay unscaled.
+    temperature = torch.tensor([1.0] * staged.td.batch_size[0], device=device).to(torch.float32)
+    offsets = td["input_ids"].offsets()
+    torch.nested.nested_tensor_from_jagged(
+        torch.repeat_interleave(temperature, offsets.diff(), dim=0), offsets
+    )
     response_index = staged.response_index.to(device)
     response_mask = torch.zeros(staged.real_tokens, device=device).index_fill_(0, response_index, 1.0)
     return MicroBatchTensors(
