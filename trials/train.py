@@ -10,7 +10,9 @@ order, ``actor.verl_policy_loss``: the log-probs cut back to padded responses se
 sequence, the host reading as it goes), gradients accumulated, one AdamW step per local mini-batch after
 verl's gradient clipping (``actor.optimizer_step``)). ``use_dynamic_bsz`` cuts
 micro-batches by token budget instead (see ``batching``). Each micro-batch is laid out as
-verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows).
+verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows);
+a packed micro-batch is verl's TensorDict, built on the host before its sub-phase is timed
+and moved to the device whole at its start (``trials.worker_batch``, ``_Setup.staging``).
 
 The actor, its AdamW state and the reference model are an ``ActorState``
 (``trials.actor_state``), built before the rollout engine starts and passed in; without
