@@ -12,6 +12,15 @@ import pytest
 POSTGRES_URL_ENV = "AUTOTUNER_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
+# The suite runs more processes at once than the machine has cores (scripts/test.sh: three
+# workers on two cores, each with its trials, engines and servers), and each of them runs
+# torch's OpenMP threads, as many as the cores. libgomp's threads spin at every barrier by
+# default before they sleep: a spinning thread holds the core that the thread it waits for
+# needs. A train phase of three such trials side by side on 2 cores took 4 times longer
+# spinning than sleeping (150-190 s against 37-40 s). Set here, before any test starts a
+# process: every process of the run inherits it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 
 @pytest.fixture(scope="session")
 def postgres_admin_url() -> str:
@@ -81,9 +90,10 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 # --- Running in parallel (scripts/test.sh: pytest-xdist) -------------------------------------
 # Fixtures that start something expensive once for many tests (a server with its Ray and a
-# finished job, a browser, a module's server scene). Under xdist every test that uses one
-# runs on the same worker (``--dist loadgroup``), so it is started once, not once per worker.
-SHARED_FIXTURES = frozenset({"server", "browser", "scene"})
+# finished job, a browser, a module's server scene, a vLLM engine, a private PostgreSQL).
+# Under xdist every test that uses one runs on the same worker (``--dist loadgroup``), so it
+# is started once, not once per worker.
+SHARED_FIXTURES = frozenset({"server", "browser", "scene", "utf8_server", "vllm_engine", "pg"})
 
 
 # Modules whose tests must not run beside each other, until they are fixed, and why.

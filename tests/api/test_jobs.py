@@ -16,7 +16,7 @@ import yaml
 from autotuner.export import VERL_KEYS, load_exported_yaml
 from trials.launcher import scratch_dirs
 
-from .conftest import MEASURED, REPO, TOKEN, A, submit, train_job, trials_of, wait_for
+from .conftest import MEASURED, REPO, TOKEN, A, R, submit, train_job, trials_of, wait_for
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 MEMORY = "peak_memory_gib"
@@ -264,9 +264,14 @@ def test_a_rollout_and_train_job_with_real_vllm(api) -> None:
             "ppo_mini_batch_size": 4,
         },
         "cluster": {"device": "cpu", "device_memory_gib": 2},
+        # The engine's knobs are fixed: the second trial takes the first's rollout over
+        # (one engine start in all, as in tests/autotuner/test_cli.py).
         "search": {
-            "actor_rollout_ref.rollout.enforce_eager": True,
-            "actor_rollout_ref.rollout.max_num_seqs": [8, 16],
+            R + "enforce_eager": True,
+            R + "max_num_seqs": 8,
+            R + "gpu_memory_utilization": 0.5,
+            R + "max_num_batched_tokens": 1024,
+            R + "checkpoint_engine.update_weights_bucket_megabytes": 2048,
             A + "use_dynamic_bsz": False,
         },
         "budget": {"max_trials": 2, "trial_timeout_s": 240, "baseline_runs": 1},  # noise: the train job
@@ -278,11 +283,12 @@ def test_a_rollout_and_train_job_with_real_vllm(api) -> None:
     )
     trials = trials_of(api, job_id)
     assert done["status"] == "succeeded", (done, [(t["status"], t["error_message"]) for t in trials])
+    assert [t["metrics"].get("rollout_reused_from_trial") for t in trials] == [None, 0], trials
     best = api.get(f"/v1/jobs/{job_id}/best").json()
     assert best["metrics"]["rollout_generated_tokens_per_s"] > 0
     assert best["metrics"]["throughput_tokens_per_s_per_gpu"] > 0
     got = api.get(f"/v1/jobs/{job_id}/trials/{best['number']}/config")
     flat = load_exported_yaml(got.text)
-    assert flat["actor_rollout_ref.rollout.enforce_eager"] is True
-    assert flat["actor_rollout_ref.rollout.max_num_seqs"] in (8, 16)
-    assert flat["actor_rollout_ref.rollout.name"] == "vllm"
+    assert flat[R + "enforce_eager"] is True
+    assert flat[R + "max_num_seqs"] == 8
+    assert flat[R + "name"] == "vllm"

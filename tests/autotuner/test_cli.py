@@ -1,6 +1,6 @@
 """The CLI end to end: a real job (vLLM rollout + torch train on the CPU) to exported YAML.
-Its engine knobs are fixed, so the second trial takes over the first's rollout (one engine
-start in all: ``budget.reuse_rollouts``)."""
+Its engine knobs are fixed, so the second trial, which differs from the first in train knobs
+only, takes over the first's rollout: one engine start in all (``budget.reuse_rollouts``)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import yaml
 from autotuner.export import VERL_KEYS, load_exported_yaml
 from autotuner.knobs import A, R
 from autotuner.records import records
+from autotuner.reuse import rollout_key
 
 from .conftest import run_cli, write_job
 
@@ -70,8 +71,24 @@ def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> No
     storage = f"sqlite:///{cli_env['AUTOTUNER_DATA_DIR']}/autotuner.db"
     (name,) = optuna.get_all_study_names(storage)
     first, second = records(optuna.load_study(study_name=name, storage=storage))
-    assert "rollout_reused_from_trial" not in first.metrics
-    assert second.metrics["rollout_reused_from_trial"] == 0  # no second engine start
+    assert (first.status, second.status) == ("ok", "ok"), (first.error_message, second.error_message)
+    # The second trial differs from the first in train knobs only: it takes the first's
+    # rollout over instead of starting an engine, and its step is composed from both.
+    assert second.config != first.config and rollout_key(second.config) == rollout_key(first.config)
+    assert "rollout_reused_from_trial" not in first.metrics and "engine_startup_s" in first.metrics
+    m = second.metrics
+    assert m["rollout_reused_from_trial"] == first.number == 0  # no second engine start
+    assert "engine_startup_s" not in m and "engine_start_at_s" not in m
+    for key in ("rollout_makespan_s", "rollout_generated_tokens", "kv_cache_tokens"):
+        assert m[key] == first.metrics[key], key
+    assert second.phase_timings_s["rollout"] == first.phase_timings_s["rollout"]
+    # The weight sync into the engine is a rollout-side part: adopted with the rollout.
+    assert second.phase_timings_s["weight_sync"] == first.phase_timings_s["weight_sync"] > 0
+    assert m["weight_sync_bytes"] == first.metrics["weight_sync_bytes"] > 0
+    assert m["step_time_s"] == pytest.approx(
+        sum(v for k, v in second.phase_timings_s.items() if k != "startup")
+    )
+    assert second.wall_s < first.wall_s - first.metrics["engine_startup_s"] / 2
     # The engine's own start-up timings are kept from the trial's log, for the trial that
     # started one.
     assert any("init engine" in line and "took" in line for line in first.timing_lines), first.timing_lines
