@@ -52,6 +52,7 @@ from benchmarks.claims.jobs import (
     verl_compare,
     verl_compare_headline,
 )
+from benchmarks.claims.layout_verl import layout_verl, layout_verl_steps, probe_ratios
 from benchmarks.claims.search import (
     CPU_LANDSCAPE,
     CPU_SEARCH,
@@ -113,6 +114,8 @@ DOCUMENTS = (ROOT / "README.md", README, HERE / "search" / "README.md")
 MARK = re.compile(r"(<!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /claims:(?P=name) -->)", re.S)
 
 
+LAYOUTS = "results/verl-qwen2.5-1.5b-h200x4-layouts.json"
+
 CLAIMS: list[Claim] = [
     # benchmarks/README.md
     Claim("defaults-spread", defaults_spread),
@@ -121,6 +124,8 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("layout-verl", layout_verl(LAYOUTS, probe=probe_ratios())),
+    Claim("layout-verl-steps", layout_verl_steps(LAYOUTS)),
     Claim("verl-lanes", verl_lanes),
     Claim("verl-lanes-headline", verl_lanes_headline),
     Claim("verl-lanes-forwards", verl_lanes_forwards),

@@ -9,9 +9,8 @@ over its ``update_actor`` phase (verl's cut into micro-batches counted in), each
 steps after its warm-up its ``perf/total_num_tokens`` over its ``timing_s/update_actor``.
 
 ``layout_verl`` reads any ``verl_compare`` file (its ``runs`` at the top or under ``run``, as
-``results/`` keeps them). A file of the five layouts joins ``CLAIMS`` as
-``Claim("layout-verl", layout_verl(FILE, probe=probe_ratios()))`` with its markers in
-benchmarks/README.md.
+``results/`` keeps them); ``layout_verl_steps`` sets the whole step of each config beside
+verl's: its throughput, the update's seconds and the step's.
 """
 
 from __future__ import annotations
@@ -20,7 +19,16 @@ import statistics
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from benchmarks.claims.data import Line, generated_from, load, median_runs, table, verl_steps
+from benchmarks.claims.data import (
+    Line,
+    error_pct,
+    generated_from,
+    load,
+    median_runs,
+    table,
+    trial_timer,
+    verl_steps,
+)
 
 REFERENCE = "p4"
 WITHIN_PCT = 10.0
@@ -35,6 +43,13 @@ PROBE_ROWS = {
     "pad4": "padded-4",
 }
 VERL_RUN_DONE = ("ok", "partial")  # a partial run: its logged steps, rebuilt by `recover`
+# The whole step's figures of ``layout_verl_steps``: a label and verl's metric (the trial's
+# under the same name, ``trial_timer``; its step throughput for ``perf/throughput``).
+STEP_FIGURES = (
+    ("step tok/s/GPU", "perf/throughput"),
+    ("update_actor s", "timing_s/update_actor"),
+    ("step s", "timing_s/step"),
+)
 
 
 def probe_ratios(reference: str = REFERENCE) -> dict[str, float]:
@@ -59,6 +74,57 @@ def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
                 s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)
             ]
     return rates
+
+
+def _trial_figure(trial: dict[str, Any], metric: str) -> float:
+    return float(trial["throughput"]) if metric == "perf/throughput" else trial_timer(trial, metric)
+
+
+def layout_verl_steps(rel: str) -> Callable[[], list[Line]]:
+    """The table of ``rel`` (a ``verl_compare`` file under benchmarks/): per config and figure
+    of ``STEP_FIGURES``, the trial's (median of its runs), verl's (median of its measured
+    steps, n, spread) and the trial's error against verl's median."""
+
+    def build() -> list[Line]:
+        run = load(rel).get("run", load(rel))
+        header = [
+            "config",
+            "figure",
+            "trial (median, n, spread)",
+            "verl (median of steps, n, spread)",
+            "error",
+        ]
+        rows = []
+        for config in run["configs"]:
+            trials = [
+                r
+                for r in run["runs"]
+                if r["config"] == config and r["kind"] == "trial" and r["status"] == "ok"
+            ]
+            steps = [
+                s
+                for r in run["runs"]
+                if r["config"] == config and r["kind"] == "verl" and r["status"] in VERL_RUN_DONE
+                for s in verl_steps(r)
+            ]
+            for label, metric in STEP_FIGURES:
+                t = [_trial_figure(r, metric) for r in trials]
+                v = [s[metric] for s in steps]
+                digits = 0 if metric == "perf/throughput" else 2
+                cells = [config, label, _median_cell(t, digits), _median_cell(v, digits)]
+                cells.append(error_pct(statistics.median(t), statistics.median(v)) if t and v else "-")
+                rows.append((cells, (f"{rel}#{config}",)))
+        return [*_measured_on(load(rel), rel), *table(header, rows), Line(""), generated_from(rel)]
+
+    return build
+
+
+def _median_cell(values: list[float], digits: int) -> str:
+    """``median (n=N, spread S%)``, as ``median_runs`` writes it, with ``digits`` decimals."""
+    if not values:
+        return "-"
+    cell = median_runs(values)
+    return f"{statistics.median(values):.{digits}f}{cell[cell.index(' (') :]}"
 
 
 def _ratios(rates: dict[str, dict[str, list[float]]], reference: str, side: str) -> dict[str, float]:

@@ -12,7 +12,7 @@ import statistics
 import pytest
 
 from benchmarks.claims.data import HERE
-from benchmarks.claims.layout_verl import layout_verl, probe_ratios, update_rates
+from benchmarks.claims.layout_verl import layout_verl, layout_verl_steps, probe_ratios, update_rates
 
 LANES = "results/verl-qwen2.5-1.5b-h200x4-lanes.json"
 RAW = json.loads((HERE / LANES).read_text())["run"]
@@ -101,3 +101,42 @@ def test_the_probes_ratios_are_those_of_its_table() -> None:
 def test_a_reference_row_without_a_measurement_is_refused() -> None:
     with pytest.raises(ValueError, match="reference row 'example_alloc_default' has no verl update rate"):
         layout_verl(LANES, reference="example_alloc_default")()
+
+
+LAYOUTS = "results/verl-qwen2.5-1.5b-h200x4-layouts.json"
+
+
+def test_the_layouts_whole_steps_come_from_each_sides_raw_records() -> None:
+    raw = json.loads((HERE / LAYOUTS).read_text())["run"]
+    lines = [line.text for line in layout_verl_steps(LAYOUTS)()]
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
+    rows = {(row[0], row[1]): row[2:] for row in cells[1:]}
+    assert [c for c, _ in rows][::3] == ["p4", "p16", "dyn16384", "pad4"]
+    for config in ("p4", "p16", "dyn16384", "pad4"):
+        (trial,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "trial"]
+        (verl,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "verl"]
+        steps = verl["steps"][verl["warmup_steps"] :]
+        assert len(steps) == 3
+        update = statistics.median(s["timing_s/update_actor"] for s in steps)
+        mine = trial["phase_timings_s"]["update_actor"]
+        t, v, error = rows[(config, "update_actor s")]
+        assert t == f"{mine:.2f} (n=1)" and v.startswith(f"{update:.2f} (n=3, spread ")
+        assert error == f"{100 * (mine / update - 1):+.1f}%"
+        throughput = statistics.median(s["perf/throughput"] for s in steps)
+        t, v, error = rows[(config, "step tok/s/GPU")]
+        assert t == f"{trial['throughput']:.0f} (n=1)" and v.startswith(f"{throughput:.0f} (n=3")
+        step = statistics.median(s["timing_s/step"] for s in steps)
+        assert rows[(config, "step s")][2] == f"{100 * (trial['step_time_s'] / step - 1):+.1f}%"
+
+
+def test_the_layouts_in_verl_are_set_against_the_probe_and_verl() -> None:
+    lines = [line.text for line in layout_verl(LAYOUTS, probe=probe_ratios())()]
+    rows = _rows(lines)
+    probe = probe_ratios()
+    rates = update_rates(json.loads((HERE / LAYOUTS).read_text()))
+    base = statistics.median(rates["p4"]["verl"])
+    for config in ("p16", "dyn16384", "pad4"):
+        verl = statistics.median(rates[config]["verl"]) / base
+        assert rows[config][3] == f"{verl:.2f}" and rows[config][4] == f"{probe[config]:.2f}"
+        assert rows[config][5] == f"{100 * (verl / probe[config] - 1):+.1f}%"
+    assert "p8" not in rows  # the file holds four of the five layouts
