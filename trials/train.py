@@ -5,14 +5,15 @@ micro-batches of ``log_prob_micro_batch_size_per_gpu``), ``ref_log_prob`` (same 
 reference model at ``ref_log_prob_micro_batch_size_per_gpu``, only with ``use_ref``),
 ``update_actor`` (forward + backward per micro-batch of ``ppo_micro_batch_size_per_gpu``
 through verl's loss, the KL to the reference included with ``use_kl_loss``
-(``actor.policy_loss``; on packed rows without an entropy term in verl's own layout and
-order, ``actor.verl_policy_loss``: the log-probs cut back to padded responses sequence by
+(``actor.policy_loss``; without an entropy term in verl's own layout and order,
+``actor.verl_policy_loss``: the log-probs cut back to padded responses sequence by
 sequence, the host reading as it goes), gradients accumulated, one AdamW step per local mini-batch after
 verl's gradient clipping (``actor.optimizer_step``)). ``use_dynamic_bsz`` cuts
 micro-batches by token budget instead (see ``batching``). Each micro-batch is laid out as
 verl lays it out for ``use_remove_padding`` (``trials.actor``: packed rows or padded rows);
-a packed micro-batch is verl's TensorDict, built on the host before its sub-phase is timed
-and moved to the device whole at its start (``trials.worker_batch``, ``_Setup.staging``).
+a micro-batch is verl's TensorDict, built on the host before its sub-phase is timed and moved
+to the device whole at its start, its layout made there (``trials.worker_batch``,
+``_Setup.staging``).
 
 The actor, its AdamW state and the reference model are an ``ActorState``
 (``trials.actor_state``), built before the rollout engine starts and passed in; without
@@ -84,26 +85,22 @@ class _Setup:
     staged: dict[tuple[int, ...], worker_batch.StagedMicroBatch] = field(default_factory=dict)
 
     def tensors(self, mb: MicroBatch) -> actor.MicroBatchTensors:
-        """The micro-batch's tensors on the device. Packed (verl's default layout): verl's
-        micro-batch moved whole and its inputs derived on the device
-        (``trials.worker_batch``), staged beforehand where its pass is timed; padded: the
-        trial's own tensors."""
-        if not self.spec.train.use_remove_padding:
-            return actor.micro_batch(
-                self.sequences, self.response_lengths, mb.indices, self.device, actor.PADDED
-            )
+        """The micro-batch's tensors on the device: verl's micro-batch moved whole and its
+        inputs derived on the device in the config's layout (``trials.worker_batch``), staged
+        beforehand where its pass is timed."""
         staged = self.staged.get(tuple(mb.indices))
         if staged is None:  # outside a staged pass: the probe, a warm-up
             staged = worker_batch.stage(self.sequences, self.response_lengths, tuple(mb.indices), self.phase)
-        return worker_batch.to_device(staged, self.device)
+        return worker_batch.to_device(
+            staged, self.device, actor.layout_of(self.spec.train.use_remove_padding)
+        )
 
     @contextlib.contextmanager
     def staging(self, plan: list[MicroBatch], phase: str) -> Iterator[None]:
         """``plan``'s micro-batches built on the host as ``phase``'s pass holds them in verl,
         before the pass is timed (in verl its cut builds them, counted apart)."""
         self.phase = phase
-        if self.spec.train.use_remove_padding:
-            self.staged = worker_batch.staged_plan(self.sequences, self.response_lengths, plan, phase)
+        self.staged = worker_batch.staged_plan(self.sequences, self.response_lengths, plan, phase)
         try:
             yield
         finally:
@@ -429,8 +426,9 @@ def run_train(
     setup = _make_setup(spec, dtype, state)
     lengths = setup.lengths
     metrics["train_dtype_bits"] = dtype_bits(dtype)
-    # Packed micro-batches are verl's TensorDicts, moved whole (``trials.worker_batch``).
-    metrics["train_micro_batch_tensordict"] = float(spec.train.use_remove_padding)
+    # Every micro-batch is verl's TensorDict, moved whole, its layout made on the device
+    # (``trials.worker_batch``; before 2026-11-27 a padded micro-batch was not: 0).
+    metrics["train_micro_batch_tensordict"] = 1.0
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
     trials_plans = synced_plans(spec, state)
@@ -644,7 +642,7 @@ def _forward_backward(
 
     def forward_backward(mb: MicroBatch) -> None:
         tensors = setup.tensors(mb)
-        if tensors.layout == actor.PACKED and not t.entropy_coeff:
+        if tensors.response_offsets is not None and not t.entropy_coeff:
             # verl's layout and order: the loss's fields per response token (R,)
             assert tensors.response_index is not None
             advantages = torch.randn(tensors.response_index.shape, generator=generator).to(setup.device)

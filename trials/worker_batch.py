@@ -1,4 +1,4 @@
-"""A packed micro-batch as verl v0.9's FSDP engine holds it, moved to the device as verl moves it.
+"""A micro-batch as verl v0.9's FSDP engine holds it, moved to the device as verl moves it.
 
 verl's default trainer (``trainer.use_v1``) hands its worker a TensorDict whose every
 per-sequence tensor is a jagged nested tensor, beside per-sequence Python objects
@@ -8,13 +8,15 @@ keeps that layout, and ``FSDPEngineWithLMHead.forward_step``
 (``workers/engine/fsdp/transformer_impl.py``) starts every micro-batch with
 ``micro_batch.to(device)``, every field, the unused ones too, then takes the packed ids and
 positions from the nested tensors and rolls the ids on the device for the labels
-(``prepare_model_inputs``).
+(``prepare_model_inputs``). With ``use_remove_padding: False`` the same TensorDict arrives and
+``prepare_model_inputs`` pads it there: the micro-batch's longest read to the host, the ids
+and positions padded to it (``torch.nested.to_padded_tensor``), the attention mask built
+from the nested offsets (``build_attention_mask_from_nested``).
 
-A trial does the same host work in each micro-batch: ``stage`` builds a micro-batch's
-TensorDict on the host, before its pass is timed (in verl the cut builds it, and the trial
-counts verl's cut apart, ``trials.verl.cut``); ``to_device`` moves it whole and takes the
-model's inputs from what arrived, on the device. The padded layout
-(``use_remove_padding: False``) keeps the trial's own tensors (``trials.actor.micro_batch``).
+A trial does the same host work in each micro-batch, in either layout: ``stage`` builds a
+micro-batch's TensorDict on the host, before its pass is timed (in verl the cut builds it,
+and the trial counts verl's cut apart, ``trials.verl.cut``); ``to_device`` moves it whole and
+takes the model's inputs from what arrived, on the device.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trials.actor import PACKED, MicroBatchTensors
+from trials.actor import PACKED, PADDED, MicroBatchTensors
 from trials.errors import TrialEnvironmentError
 from trials.verl.cut import ENTRIES, REF_ENTRIES, UPDATE_ENTRIES, sequence_fields
 
@@ -108,30 +110,52 @@ def stage(
     )
 
 
-def to_device(staged: StagedMicroBatch, device: torch.device) -> MicroBatchTensors:
+def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACKED) -> MicroBatchTensors:
     """``staged`` moved to ``device`` whole (``TensorDict.to``, as verl's ``forward_step``
     begins: every nested field and every per-sequence object), then the model's inputs
-    prepared as verl's ``prepare_model_inputs`` prepares them on the packed path: the
+    prepared as verl's ``prepare_model_inputs`` prepares them for ``layout``. Packed: the
     sampling temperature spread over the row, the row's ids and positions taken from the
-    nested tensors, the ids rolled by one for each position's next token; the positions
-    predicting a response token come along."""
+    nested tensors. Padded: the longest sequence read to the host, the ids and positions
+    padded to it, the attention mask built from the offsets. Either way the ids rolled by one
+    for each position's next token, and the positions predicting a response token, in the
+    order of the real tokens, come along (the padded path's logits are gathered back into
+    that order, ``trials.actor.logits_rows``)."""
     td = staged.td.to(device)
-    ids = td["input_ids"].values()
+    nested_ids = td["input_ids"]
+    ids = nested_ids.values()
+    offsets = nested_ids.offsets()
     # verl's per-sequence sampling temperature (``prepare_model_inputs``): a host list copied
-    # to the device, spread over the packed row (``expand_as_nested``, a ``repeat_interleave``
-    # whose output size the host waits for). At 1.0, verl's default, the logits stay unscaled.
+    # to the device; on the packed path spread over the row (``expand_as_nested``, a
+    # ``repeat_interleave`` whose output size the host waits for). At 1.0, verl's default, the
+    # logits stay unscaled.
     temperature = torch.tensor([1.0] * staged.td.batch_size[0], device=device).to(torch.float32)
-    offsets = td["input_ids"].offsets()
-    torch.nested.nested_tensor_from_jagged(
-        torch.repeat_interleave(temperature, offsets.diff(), dim=0), offsets
-    )
+    if layout == PADDED:
+        sequences = staged.td.batch_size[0]
+        longest = int(offsets.diff().max().item())
+        input_ids = torch.nested.to_padded_tensor(nested_ids, padding=0, output_size=(sequences, longest))
+        position_ids = torch.nested.to_padded_tensor(
+            td["position_ids"], padding=0, output_size=(sequences, longest)
+        )
+        lengths = offsets.diff()
+        attention_mask = (torch.arange(longest, device=device).unsqueeze(0) < lengths.unsqueeze(1)).to(
+            torch.int32
+        )
+    else:
+        torch.nested.nested_tensor_from_jagged(
+            torch.repeat_interleave(temperature, offsets.diff(), dim=0), offsets
+        )
+        input_ids, position_ids, attention_mask = (
+            ids.unsqueeze(0),
+            td["position_ids"].values().unsqueeze(0),
+            None,
+        )
     response_index = staged.response_index.to(device)
     response_mask = torch.zeros(staged.real_tokens, device=device).index_fill_(0, response_index, 1.0)
     return MicroBatchTensors(
-        layout=PACKED,
-        input_ids=ids.unsqueeze(0),
-        position_ids=td["position_ids"].values().unsqueeze(0),
-        attention_mask=None,
+        layout=layout,
+        input_ids=input_ids,
+        position_ids=position_ids,
+        attention_mask=attention_mask,
         labels=torch.roll(ids, shifts=-1, dims=0),
         response_mask=response_mask,
         real_tokens=staged.real_tokens,

@@ -69,6 +69,22 @@ def test_dynamic_batch_size_and_no_reference_model(tiny_config):
     )
 
 
+def test_padded_rows_run_verls_micro_batch_and_loss(tiny_config):
+    """use_remove_padding false: the same TensorDict micro-batches, padded on the device, and
+    verl's loss (its reads included) on the log-probs gathered back to the real tokens."""
+    spec = make_spec(tiny_config, phases=["train"])
+    spec.train.use_remove_padding = False
+    metrics, timings = {}, {}
+    run_train(spec, "float32", metrics, timings)
+    assert metrics["train_micro_batch_tensordict"] == 1.0
+    assert metrics["update_actor_micro_batches"] == len(spec.train_prompt_lengths) // 4
+    # verl's loss reads its three metrics, the policy loss and the KL loss at the old policy.
+    assert metrics["update_actor_ppo_kl"] == 0.0 and metrics["update_actor_kl_loss"] > 0
+    assert metrics["update_actor_loss"] == pytest.approx(
+        metrics["update_actor_pg_loss"] + actor.KL_LOSS_COEF * metrics["update_actor_kl_loss"], rel=1e-4
+    )
+
+
 def test_token_budget_below_the_longest_sequence_is_rejected_in_its_phase(tiny_config):
     spec = make_spec(tiny_config, phases=["train"])
     spec.train.use_dynamic_bsz = True

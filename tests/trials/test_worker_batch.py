@@ -67,3 +67,49 @@ def test_without_tensordict_a_packed_micro_batch_is_an_environment_error(monkeyp
     monkeypatch.setitem(sys.modules, "tensordict", None)  # import tensordict raises ImportError
     with pytest.raises(TrialEnvironmentError, match="tensordict is not importable.*install tensordict 0.10"):
         worker_batch.stage(sequences, responses, (0, 1), "old_log_prob")
+
+
+@pytest.mark.parametrize("phase", list(worker_batch.PASS_ENTRIES))
+def test_verls_micro_batch_padded_on_the_device_gives_the_padded_tensors(phase: str) -> None:
+    """use_remove_padding false: the same TensorDict, padded after the move as verl's
+    prepare_model_inputs pads it, gives the trial's padded rows, mask and positions, and
+    keeps the offsets verl's loss cuts the responses with."""
+    sequences, responses = _batch(2)
+    indices = tuple(range(0, 40, 3))
+    moved = worker_batch.to_device(
+        worker_batch.stage(sequences, responses, indices, phase), CPU, actor.PADDED
+    )
+    own = actor.micro_batch(sequences, responses, indices, CPU, actor.PADDED)
+    longest = max(len(sequences[i]) for i in indices)
+    assert moved.layout == actor.PADDED and moved.input_ids.shape == (len(indices), longest)
+    for name in ("input_ids", "position_ids", "attention_mask", "labels", "response_mask"):
+        mine, verls = getattr(own, name), getattr(moved, name)
+        assert mine.shape == verls.shape and torch.equal(mine.to(verls.dtype), verls), name
+    packed = actor.micro_batch(sequences, responses, indices, CPU, actor.PACKED)
+    for name in ("prompt_offsets", "response_offsets", "response_index"):
+        assert torch.equal(getattr(packed, name), getattr(moved, name)), name
+    assert moved.longest_response == max(responses[i] for i in indices)
+
+
+def test_verls_loss_on_padded_rows_is_the_packed_rows_loss(tiny_config) -> None:
+    """The padded layout's log-probs come back in the real tokens' order, so verl's loss (the
+    responses cut back sequence by sequence) gives the packed layout's loss and metrics."""
+    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
+    vocab = tiny_config["vocab_size"]
+    sequences, responses = _batch(3)
+    sequences = [s % vocab for s in sequences]
+    indices = tuple(range(5))
+    staged = worker_batch.stage(sequences, responses, indices, "update_actor")
+    losses, reads = [], []
+    for layout in (actor.PACKED, actor.PADDED):
+        tensors = worker_batch.to_device(staged, CPU, layout)
+        assert tensors.response_index is not None
+        advantages = torch.linspace(-1, 1, tensors.response_index.numel())
+        read: dict[str, float] = {}
+        with torch.no_grad():
+            log_probs = actor.response_log_probs(model, tensors, None)
+            losses.append(actor.verl_policy_loss(log_probs, tensors, advantages, None, read))
+        reads.append(read)
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
+    assert reads[0].keys() == reads[1].keys() == {"pg_clipfrac", "ppo_kl", "pg_loss", "pg_clipfrac_lower"}
+    assert reads[0] == pytest.approx(reads[1], rel=1e-4, abs=1e-5)
