@@ -21,7 +21,8 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   the saved activations of every layer, or only their inputs under gradient
   checkpointing, + the logits and their gradients). A micro-batch computes what its
   layout computes (``trials.actor``): packed, its real tokens ``T``; padded, rows x its
-  longest row; the logits of every such position (``positions x vocab``). SDPA (the
+  longest row; the logits of every such position (``positions x vocab``), twice (verl
+  divides them by the sampling temperature into a new tensor). SDPA (the
   CPU) adds a boolean mask over each row's positions squared; flash-attention (a GPU)
   none.
 - the reference model (``use_ref``): on a GPU, in pinned CPU memory (verl v0.9's FSDP
@@ -552,26 +553,28 @@ class MemoryModel:
         return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
 
     def _logit_bytes(self, positions: float, real: float, cb: int, grad: bool) -> float:
-        """The logits of every computed position in the compute dtype, the real rows'
+        """The logits of every computed position in the compute dtype and verl's copy of them
+        divided by the sampling temperature (``prepare_model_outputs``), the real rows'
         gather (padded), and the log-probability's working copies: flash-attn's fused
         cross-entropy on a GPU, a float32 log-softmax elsewhere; with ``grad``, their
         gradients."""
         v = float(self.arch.vocab_size)
-        logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
+        logits = 2 * positions * v * cb + (real * v * cb if positions != real else 0.0)
         # A float32 log-softmax; a float32 copy of the logits first unless they are float32.
         work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
         return logits + work * (2 if grad else 1)
 
     def _forward_bytes(self, shape: Shape, cb: int, entropy: bool) -> float:
         """A forward without grad: one layer's transient, the attention mask, the logits
-        (with the old-log-prob forward's entropy: two more rows-by-vocab temporaries)."""
+        (with the old-log-prob forward's entropy: two more positions-by-vocab temporaries,
+        over every computed position as verl takes it)."""
         positions, real, mask = shape
         a = self.arch
         inter = int(a.config["intermediate_size"])
         layer = positions * (cb * (3 * inter + 4 * a.hidden_size))
         logits = self._logit_bytes(positions, real, cb, grad=False)
         if entropy:
-            logits += 2 * real * float(a.vocab_size) * cb
+            logits += 2 * positions * float(a.vocab_size) * cb
         return layer + mask + logits
 
     def _update_bytes(self, shape: Shape, cb: int, checkpointing: bool) -> float:

@@ -145,6 +145,10 @@ class MicroBatchTensors:
     response_offsets: torch.Tensor | None = None
     response_index: torch.Tensor | None = None
     longest_response: int = 0  # the nested responses' cached longest (verl's fields carry it)
+    # verl's sampling temperature, shaped to divide the logits as its ``prepare_model_outputs``
+    # does (packed: each real position's, (T, 1); padded: each row's, (B, 1, 1)); None: the
+    # logits are used as the model gives them.
+    temperature: torch.Tensor | None = None
 
     @property
     def padded_tokens(self) -> int:
@@ -212,8 +216,13 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.Abs
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
-def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None) -> torch.Tensor:
-    """The logits of the micro-batch's ``T`` real positions, ``(T, vocab)``."""
+def scaled_logits(
+    model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The model's logits as verl's ``prepare_model_outputs`` holds them: divided by the
+    sampling temperature where the micro-batch carries one (a new tensor, at verl's default
+    of 1.0 too), whole (packed ``(T, vocab)``, padded ``(B, L, vocab)``), and the rows of the
+    micro-batch's ``T`` real positions, ``(T, vocab)``, in their order."""
     with _autocast(mb.input_ids.device, autocast):
         out = model(
             input_ids=mb.input_ids,
@@ -223,8 +232,27 @@ def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.d
         )
     logits = out.logits
     if mb.attention_mask is None:
-        return logits.squeeze(0)
-    return logits[mb.attention_mask.bool()]
+        logits = logits.squeeze(0)
+    if mb.temperature is not None:
+        logits = logits / mb.temperature.clamp(min=1e-8).to(logits.dtype)
+    if mb.attention_mask is None:
+        return logits, logits
+    return logits, logits[mb.attention_mask.bool()]
+
+
+def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None) -> torch.Tensor:
+    """The logits of the micro-batch's ``T`` real positions, ``(T, vocab)`` (``scaled_logits``)."""
+    return scaled_logits(model, mb, autocast)[1]
+
+
+def _entropy(whole: torch.Tensor, rows: torch.Tensor, mb: MicroBatchTensors, chunked: bool) -> torch.Tensor:
+    """Each real position's entropy, ``(T,)``, computed as verl computes it: on packed rows
+    over the rows; on padded rows over every position, padding included, then the real ones
+    kept."""
+    if mb.attention_mask is None:
+        return entropy_rows(rows, chunked)
+    every = entropy_rows(whole.reshape(-1, whole.shape[-1]), chunked).view(whole.shape[:-1])
+    return every[mb.attention_mask.bool()]
 
 
 def token_log_probs(
@@ -265,10 +293,10 @@ def response_log_probs(
     the loss keeps the response positions (``mb.response_mask``). ``entropy``: also compute
     every row's entropy as the old-log-prob forward does (False: whole rows at once; True:
     chunked)."""
-    logits = logits_rows(model, mb, autocast)
+    whole, logits = scaled_logits(model, mb, autocast)
     if entropy is not None:
         with torch.no_grad():
-            entropy_rows(logits, chunked=entropy)
+            _entropy(whole, logits, mb, chunked=entropy)
     return token_log_probs(logits, mb.labels, inplace_backward=torch.is_grad_enabled())
 
 
@@ -283,13 +311,13 @@ def log_probs_and_entropy(
     entropy in the update when ``entropy_coeff`` is set); ``checkpointed``: the entropy is
     recomputed in the backward instead of keeping its intermediates
     (``entropy_checkpointing``)."""
-    logits = logits_rows(model, mb, autocast)
+    whole, logits = scaled_logits(model, mb, autocast)
     if checkpointed:
         from torch.utils.checkpoint import checkpoint
 
-        entropy = checkpoint(entropy_rows, logits, chunked, use_reentrant=False)
+        entropy = checkpoint(_entropy, whole, logits, mb, chunked, use_reentrant=False)
     else:
-        entropy = entropy_rows(logits, chunked)
+        entropy = _entropy(whole, logits, mb, chunked)
     return token_log_probs(logits, mb.labels, inplace_backward=False), entropy
 
 

@@ -119,15 +119,15 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
     padded to it, the attention mask built from the offsets. Either way the ids rolled by one
     for each position's next token, and the positions predicting a response token, in the
     order of the real tokens, come along (the padded path's logits are gathered back into
-    that order, ``trials.actor.logits_rows``)."""
+    that order, ``trials.actor.scaled_logits``)."""
     td = staged.td.to(device)
     nested_ids = td["input_ids"]
     ids = nested_ids.values()
     offsets = nested_ids.offsets()
     # verl's per-sequence sampling temperature (``prepare_model_inputs``): a host list copied
     # to the device; on the packed path spread over the row (``expand_as_nested``, a
-    # ``repeat_interleave`` whose output size the host waits for). At 1.0, verl's default, the
-    # logits stay unscaled.
+    # ``repeat_interleave`` whose output size the host waits for). The logits are divided by
+    # it (``trials.actor.scaled_logits``); at 1.0, verl's default, their values stay.
     temperature = torch.tensor([1.0] * staged.td.batch_size[0], device=device).to(torch.float32)
     if layout == PADDED:
         sequences = staged.td.batch_size[0]
@@ -140,10 +140,12 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
         attention_mask = (torch.arange(longest, device=device).unsqueeze(0) < lengths.unsqueeze(1)).to(
             torch.int32
         )
+        scale = temperature.view(-1, 1, 1)
     else:
-        torch.nested.nested_tensor_from_jagged(
+        spread = torch.nested.nested_tensor_from_jagged(
             torch.repeat_interleave(temperature, offsets.diff(), dim=0), offsets
         )
+        scale = spread.values().unsqueeze(-1)
         input_ids, position_ids, attention_mask = (
             ids.unsqueeze(0),
             td["position_ids"].values().unsqueeze(0),
@@ -163,6 +165,7 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
         response_offsets=td["responses"].offsets(),
         response_index=response_index,
         longest_response=staged.longest_response,
+        temperature=scale,
     )
 
 

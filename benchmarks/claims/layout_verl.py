@@ -26,9 +26,9 @@ from benchmarks.claims.data import (
     load,
     median_runs,
     table,
-    trial_timer,
     verl_steps,
 )
+from benchmarks.claims.strategy import _trial_figure as trial_figure
 
 REFERENCE = "p4"
 WITHIN_PCT = 10.0
@@ -49,6 +49,7 @@ STEP_FIGURES = (
     ("step tok/s/GPU", "perf/throughput"),
     ("update_actor s", "timing_s/update_actor"),
     ("step s", "timing_s/step"),
+    ("update's peak allocated GiB", "actor/perf/max_memory_allocated_gb"),
 )
 
 
@@ -74,10 +75,6 @@ def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
                 s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)
             ]
     return rates
-
-
-def _trial_figure(trial: dict[str, Any], metric: str) -> float:
-    return float(trial["throughput"]) if metric == "perf/throughput" else trial_timer(trial, metric)
 
 
 def layout_verl_steps(rel: str) -> Callable[[], list[Line]]:
@@ -108,9 +105,9 @@ def layout_verl_steps(rel: str) -> Callable[[], list[Line]]:
                 for s in verl_steps(r)
             ]
             for label, metric in STEP_FIGURES:
-                t = [_trial_figure(r, metric) for r in trials]
+                t = [trial_figure(r, metric) for r in trials]
                 v = [s[metric] for s in steps]
-                digits = 0 if metric == "perf/throughput" else 2
+                digits = 0 if metric == "perf/throughput" else 1 if metric.startswith("actor/perf") else 2
                 cells = [config, label, _median_cell(t, digits), _median_cell(v, digits)]
                 cells.append(error_pct(statistics.median(t), statistics.median(v)) if t and v else "-")
                 rows.append((cells, (f"{rel}#{config}",)))

@@ -113,3 +113,42 @@ def test_verls_loss_on_padded_rows_is_the_packed_rows_loss(tiny_config) -> None:
     torch.testing.assert_close(losses[0], losses[1], rtol=1e-4, atol=1e-5)
     assert reads[0].keys() == reads[1].keys() == {"pg_clipfrac", "ppo_kl", "pg_loss", "pg_clipfrac_lower"}
     assert reads[0] == pytest.approx(reads[1], rel=1e-4, abs=1e-5)
+
+
+@pytest.mark.parametrize("layout", [actor.PACKED, actor.PADDED])
+def test_the_logits_are_divided_by_verls_temperature(tiny_config, layout: str) -> None:
+    """verl divides the logits by the sampling temperature on either path (a new tensor at
+    its default of 1.0): each real position's (packed) or each row's (padded)."""
+    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
+    sequences, responses = _batch(4)
+    sequences = [s % tiny_config["vocab_size"] for s in sequences]
+    indices = (0, 2, 5)
+    moved = worker_batch.to_device(
+        worker_batch.stage(sequences, responses, indices, "old_log_prob"), CPU, layout
+    )
+    tokens = sum(len(sequences[i]) for i in indices)
+    assert moved.temperature is not None and torch.equal(
+        moved.temperature, torch.ones_like(moved.temperature)
+    )
+    assert moved.temperature.shape == ((tokens, 1) if layout == actor.PACKED else (len(indices), 1, 1))
+    with torch.no_grad():
+        plain = actor.logits_rows(model, actor.micro_batch(sequences, responses, indices, CPU, layout), None)
+        torch.testing.assert_close(actor.logits_rows(model, moved, None), plain)
+        moved.temperature = moved.temperature * 2.0
+        torch.testing.assert_close(actor.logits_rows(model, moved, None), plain / 2.0)
+
+
+def test_padded_rows_entropy_is_taken_over_every_position_and_kept_for_the_real_ones(tiny_config) -> None:
+    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
+    sequences, responses = _batch(5)
+    sequences = [s % tiny_config["vocab_size"] for s in sequences]
+    staged = worker_batch.stage(sequences, responses, (1, 3, 4, 7), "update_actor")
+    entropies = []
+    for layout in (actor.PACKED, actor.PADDED):
+        with torch.no_grad():
+            _, entropy = actor.log_probs_and_entropy(
+                model, worker_batch.to_device(staged, CPU, layout), None, chunked=True, checkpointed=False
+            )
+        entropies.append(entropy)
+    assert entropies[0].shape == (staged.real_tokens,)
+    torch.testing.assert_close(entropies[0], entropies[1], rtol=1e-4, atol=1e-5)
