@@ -111,7 +111,7 @@ def test_the_layouts_whole_steps_come_from_each_sides_raw_records() -> None:
     lines = [line.text for line in layout_verl_steps(LAYOUTS)()]
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines if line.startswith("| ")]
     rows = {(row[0], row[1]): row[2:] for row in cells[1:]}
-    assert [c for c, _ in rows][::3] == ["p4", "p16", "dyn16384", "pad4"]
+    assert [c for c, _ in rows][::4] == ["p4", "p16", "dyn16384", "pad4"]
     for config in ("p4", "p16", "dyn16384", "pad4"):
         (trial,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "trial"]
         (verl,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "verl"]
@@ -127,6 +127,9 @@ def test_the_layouts_whole_steps_come_from_each_sides_raw_records() -> None:
         assert t == f"{trial['throughput']:.0f} (n=1)" and v.startswith(f"{throughput:.0f} (n=3")
         step = statistics.median(s["timing_s/step"] for s in steps)
         assert rows[(config, "step s")][2] == f"{100 * (trial['step_time_s'] / step - 1):+.1f}%"
+        peak = statistics.median(s["actor/perf/max_memory_allocated_gb"] for s in steps)
+        mine = trial["metrics"]["update_actor_max_allocated_gib"]
+        assert rows[(config, "update's peak allocated GiB")][2] == f"{100 * (mine / peak - 1):+.1f}%"
 
 
 def test_the_layouts_in_verl_are_set_against_the_probe_and_verl() -> None:
