@@ -18,7 +18,8 @@
 # configs than GPUs a lane runs a second one after its first (on four GPUs: p4, then pad4).
 # Each config: a trial, verl's run (4 steps, the first a warm-up), a second trial; on the host
 # of four H200 of 2026-11-27 that took 16-20 minutes a config
-# (results/verl-qwen2.5-1.5b-h200x4-lanes.json).
+# (results/verl-qwen2.5-1.5b-h200x4-lanes.json), and without the second trial (--rounds 1)
+# 14-18 minutes, the four layouts at once (results/verl-qwen2.5-1.5b-h200x4-layouts.json).
 # LAYOUT_CONFIGS: the configs, in order (default "p4 p8 p16 dyn16384 pad4"; keep p4, the
 # ratios' reference, among them); LAYOUT_GPUS: how many GPUs (default: the host's);
 # LAYOUT_COMPARE_ARGS: verl_compare's arguments besides the configs (default below).
