@@ -16,7 +16,7 @@ verl's: its throughput, the update's seconds and the step's.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from benchmarks.claims.data import (
@@ -29,6 +29,7 @@ from benchmarks.claims.data import (
     verl_steps,
 )
 from benchmarks.claims.strategy import _trial_figure as trial_figure
+from trials.verl.trace import measured_passes
 
 REFERENCE = "p4"
 WITHIN_PCT = 10.0
@@ -77,13 +78,25 @@ def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     return rates
 
 
+def _per_config(
+    rel: str, steps_of: Callable[[dict[str, Any]], list[dict[str, float]]]
+) -> Iterator[tuple[str, list[dict[str, Any]], list[dict[str, float]]]]:
+    """Each config of ``rel`` in order: its trials that ended ok and ``steps_of`` each of its
+    verl runs that logged steps, joined."""
+    run = load(rel).get("run", load(rel))
+    for config in run["configs"]:
+        mine = [r for r in run["runs"] if r["config"] == config]
+        trials = [r for r in mine if r["kind"] == "trial" and r["status"] == "ok"]
+        verls = [r for r in mine if r["kind"] == "verl" and r["status"] in VERL_RUN_DONE]
+        yield config, trials, [s for r in verls for s in steps_of(r)]
+
+
 def layout_verl_steps(rel: str) -> Callable[[], list[Line]]:
     """The table of ``rel`` (a ``verl_compare`` file under benchmarks/): per config and figure
     of ``STEP_FIGURES``, the trial's (median of its runs), verl's (median of its measured
     steps, n, spread) and the trial's error against verl's median."""
 
     def build() -> list[Line]:
-        run = load(rel).get("run", load(rel))
         header = [
             "config",
             "figure",
@@ -92,18 +105,7 @@ def layout_verl_steps(rel: str) -> Callable[[], list[Line]]:
             "error",
         ]
         rows = []
-        for config in run["configs"]:
-            trials = [
-                r
-                for r in run["runs"]
-                if r["config"] == config and r["kind"] == "trial" and r["status"] == "ok"
-            ]
-            steps = [
-                s
-                for r in run["runs"]
-                if r["config"] == config and r["kind"] == "verl" and r["status"] in VERL_RUN_DONE
-                for s in verl_steps(r)
-            ]
+        for config, trials, steps in _per_config(rel, verl_steps):
             for label, metric in STEP_FIGURES:
                 t = [trial_figure(r, metric) for r in trials]
                 v = [s[metric] for s in steps]
@@ -214,3 +216,75 @@ def _verdict(
         text += f"; not measured by both: {', '.join(missing)}"
     every = bool(compared) and not beyond and not missing
     return Line(f"{text}. Every row within {within_pct:.0f}%: {'yes' if every else 'no'}.", (rel,))
+
+
+def _verl_update_steps(run: dict[str, Any]) -> list[dict[str, float]]:
+    """Per measured step of a traced verl run: its update's micro-batches, their seconds, the
+    update's seconds outside them and the full collections in its passes."""
+    steps = verl_steps(run)
+    warmup = run.get("warmup_steps", 1)
+    passes = measured_passes(run.get("trace") or [], warmup + len(steps), warmup).get("update_actor", [])
+    if not passes or len(passes) % len(steps):
+        return []
+    per = len(passes) // len(steps)
+    out = []
+    for k, step in enumerate(steps):
+        mine = passes[k * per : (k + 1) * per]
+        seconds = [s for p in mine for s in p["micro_batch_s"]]
+        out.append(
+            {
+                "micro_batches": float(len(seconds)),
+                "micro_batch_s": statistics.median(seconds),
+                "outside_s": step["timing_s/update_actor"] - sum(seconds),
+                "full_gcs": float(sum(p.get("pass_full_gcs", 0) for p in mine)),
+            }
+        )
+    return out
+
+
+def layout_verl_update(rel: str) -> Callable[[], list[Line]]:
+    """The update of each config of ``rel`` (a traced ``verl_compare`` file), the trial's
+    beside verl's (medians over its measured steps): micro-batches a step, a micro-batch's
+    median seconds, the update's seconds outside its micro-batches (its optimizer steps, the
+    cut, the collector), and full collections of Python's collector in its passes."""
+
+    def build() -> list[Line]:
+        header = [
+            "config",
+            "micro-batches a step: trial, verl",
+            "micro-batch s (median): trial, verl",
+            "outside the micro-batches, s: trial, verl",
+            "full collections: trial, verl",
+        ]
+        rows = []
+        for config, trials, steps in _per_config(rel, _verl_update_steps):
+            if not trials or not steps:
+                continue
+            m = trials[0]["metrics"]
+            count = m["update_actor_micro_batches"]
+            outside = (
+                trials[0]["phase_timings_s"]["update_actor"] - count * m["update_actor_micro_batch_s_mean"]
+            )
+            mine = {
+                "micro_batches": count,
+                "micro_batch_s": m["update_actor_micro_batch_s_median"],
+                "outside_s": outside,
+                "full_gcs": m.get("update_actor_full_gcs", 0.0),
+            }
+            cells = [config]
+            for key, digits in (
+                ("micro_batches", 0),
+                ("micro_batch_s", 3),
+                ("outside_s", 2),
+                ("full_gcs", 0),
+            ):
+                verl = statistics.median(s[key] for s in steps)
+                cells.append(f"{mine[key]:.{digits}f}, {verl:.{digits}f}")
+            rows.append((cells, (f"{rel}#{config}",)))
+        note = Line(
+            f"The trial's first run of each config; verl's medians over its {len(steps)} measured steps.",
+            (rel,),
+        )
+        return [*table(header, rows), Line(""), note, Line(""), generated_from(rel)]
+
+    return build

@@ -12,7 +12,13 @@ import statistics
 import pytest
 
 from benchmarks.claims.data import HERE
-from benchmarks.claims.layout_verl import layout_verl, layout_verl_steps, probe_ratios, update_rates
+from benchmarks.claims.layout_verl import (
+    layout_verl,
+    layout_verl_steps,
+    layout_verl_update,
+    probe_ratios,
+    update_rates,
+)
 
 LANES = "results/verl-qwen2.5-1.5b-h200x4-lanes.json"
 RAW = json.loads((HERE / LANES).read_text())["run"]
@@ -143,3 +149,35 @@ def test_the_layouts_in_verl_are_set_against_the_probe_and_verl() -> None:
         assert rows[config][3] == f"{verl:.2f}" and rows[config][4] == f"{probe[config]:.2f}"
         assert rows[config][5] == f"{100 * (verl / probe[config] - 1):+.1f}%"
     assert "p8" not in rows  # the file holds four of the five layouts
+
+
+def test_the_layouts_update_from_the_inside_comes_from_the_trial_clock_and_verls_trace() -> None:
+    raw = json.loads((HERE / LAYOUTS).read_text())["run"]
+    lines = [line.text for line in layout_verl_update(LAYOUTS)()]
+    rows = _rows(lines)
+    assert list(rows) == ["p4", "p16", "dyn16384", "pad4"]
+    for config, row in rows.items():
+        (trial,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "trial"]
+        (verl,) = [r for r in raw["runs"] if r["config"] == config and r["kind"] == "verl"]
+        m = trial["metrics"]
+        # verl's update passes, in order: the warm-up step's first, then as many a step.
+        updates = [
+            r
+            for r in verl["trace"]
+            if r.get("call") == "forward_backward_batch"
+            and r.get("role") == "actor"
+            and not r["forward_only"]
+        ]
+        per_step = len(updates) // 4
+        measured = [updates[k * per_step : (k + 1) * per_step] for k in range(1, 4)]
+        counts = [sum(p["micro_batches"] for p in step) for step in measured]
+        assert row[0] == f"{m['update_actor_micro_batches']:.0f}, {statistics.median(counts):.0f}"
+        seconds = [statistics.median([s for p in step for s in p["micro_batch_s"]]) for step in measured]
+        assert row[1] == f"{m['update_actor_micro_batch_s_median']:.3f}, {statistics.median(seconds):.3f}"
+        outside = [
+            s["timing_s/update_actor"] - sum(x for p in step for x in p["micro_batch_s"])
+            for s, step in zip(verl["steps"][1:], measured, strict=True)
+        ]
+        assert row[2].endswith(f", {statistics.median(outside):.2f}")
+    # 256 sequences a step: 4 mini-batches of 64, each in micro-batches of 16
+    assert rows["p16"][0] == "16, 16"
