@@ -52,7 +52,13 @@ from benchmarks.claims.jobs import (
     verl_compare,
     verl_compare_headline,
 )
-from benchmarks.claims.layout_verl import layout_verl, layout_verl_steps, layout_verl_update, probe_ratios
+from benchmarks.claims.layout_verl import (
+    layout_verl,
+    layout_verl_hosts,
+    layout_verl_steps,
+    layout_verl_update,
+    probe_ratios,
+)
 from benchmarks.claims.search import (
     CPU_LANDSCAPE,
     CPU_SEARCH,
@@ -127,6 +133,7 @@ CLAIMS: list[Claim] = [
     Claim("layout-verl", layout_verl(LAYOUTS, probe=probe_ratios())),
     Claim("layout-verl-steps", layout_verl_steps(LAYOUTS)),
     Claim("layout-verl-update", layout_verl_update(LAYOUTS)),
+    Claim("layout-verl-hosts", layout_verl_hosts(LAYOUTS)),
     Claim("verl-lanes", verl_lanes),
     Claim("verl-lanes-headline", verl_lanes_headline),
     Claim("verl-lanes-forwards", verl_lanes_forwards),

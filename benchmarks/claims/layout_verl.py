@@ -288,3 +288,23 @@ def layout_verl_update(rel: str) -> Callable[[], list[Line]]:
         return [*table(header, rows), Line(""), note, Line(""), generated_from(rel)]
 
     return build
+
+
+def layout_verl_hosts(rel: str) -> Callable[[], list[Line]]:
+    """How fast each lane's host drove its GPU before and after its runs
+    (``benchmarks/gpu/host_speed.py``, the medians of its turns, in the file's ``host_speed``
+    by GPU): a step paced by the host moves with it."""
+
+    def build() -> list[Line]:
+        doc = load(rel)
+        run = doc.get("run", doc)
+        configs = {r["gpus"]: r["config"] for r in run["runs"]}
+        parts = []
+        for gpu, speed in sorted(doc["host_speed"].items()):
+            before, after = (speed[w]["median_us_per_op"] for w in ("before", "after"))
+            gpu_op = f"{before['torch_cuda']:.1f} / {after['torch_cuda']:.1f} us a GPU op"
+            cpu_op = f"{before['torch_cpu']:.1f} / {after['torch_cpu']:.1f} us a CPU op"
+            parts.append(f"{configs.get(gpu, '-')} (GPU {gpu}) {gpu_op}, {cpu_op}")
+        return [Line("Each lane's host, before / after its runs: " + "; ".join(parts) + ".", (rel,))]
+
+    return build

@@ -14,6 +14,7 @@ import pytest
 from benchmarks.claims.data import HERE
 from benchmarks.claims.layout_verl import (
     layout_verl,
+    layout_verl_hosts,
     layout_verl_steps,
     layout_verl_update,
     probe_ratios,
@@ -181,3 +182,13 @@ def test_the_layouts_update_from_the_inside_comes_from_the_trial_clock_and_verls
         assert row[2].endswith(f", {statistics.median(outside):.2f}")
     # 256 sequences a step: 4 mini-batches of 64, each in micro-batches of 16
     assert rows["p16"][0] == "16, 16"
+
+
+def test_each_lanes_host_speed_is_read_from_the_file_by_its_gpu() -> None:
+    raw = json.loads((HERE / LAYOUTS).read_text())
+    (line,) = [line.text for line in layout_verl_hosts(LAYOUTS)()]
+    for gpu, config in (("0", "p4"), ("3", "pad4")):
+        speed = raw["host_speed"][gpu]
+        before = speed["before"]["median_us_per_op"]["torch_cuda"]
+        after = speed["after"]["median_us_per_op"]["torch_cuda"]
+        assert f"{config} (GPU {gpu}) {before:.1f} / {after:.1f} us a GPU op" in line
