@@ -22,7 +22,10 @@
 # 14-18 minutes, the four layouts at once (results/verl-qwen2.5-1.5b-h200x4-layouts.json).
 # LAYOUT_CONFIGS: the configs, in order (default "p4 p8 p16 dyn16384 pad4"; keep p4, the
 # ratios' reference, among them); LAYOUT_GPUS: how many GPUs (default: the host's);
-# LAYOUT_COMPARE_ARGS: verl_compare's arguments besides the configs (default below).
+# LAYOUT_COMPARE_ARGS: verl_compare's arguments besides the configs (default below);
+# LAYOUT_SKIP_VERL=1: the trials alone (each config --skip-verl; verl's environment is still
+# installed, for the verl cut the trials count), e.g. with --rounds 3 to measure a change to
+# the trials against a file of verl's runs already taken.
 # usage: setsid nohup bash benchmarks/gpu/layout-verl.sh > /tmp/at/logs/plan.out 2>&1 &
 #        on a host of four, one config a GPU: LAYOUT_CONFIGS="p4 p16 dyn16384 pad4" setsid ...
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz, the comparison in
@@ -40,6 +43,7 @@ configs=${LAYOUT_CONFIGS:-"p4 p8 p16 dyn16384 pad4"}
 common=${LAYOUT_COMPARE_ARGS:-"--train-batch-size 32 --ppo-mini-batch-size 8 --trace --rounds 2 --verl-rounds 1 --trial-timeout 420 --verl-timeout 1000"}
 for c in $configs; do
   [ -n "${layout[$c]:-}" ] || { echo "unknown config $c: give some of p4 p8 p16 dyn16384 pad4" >&2; exit 2; }
+  [ -n "${LAYOUT_SKIP_VERL:-}" ] && layout[$c]+=" --skip-verl $c"
 done
 read -ra names <<< "$configs"
 gpus=${LAYOUT_GPUS:-$(nvidia-smi -L | grep -c '^GPU')}
