@@ -23,6 +23,13 @@ def _batch(seed: int = 0) -> tuple[list[np.ndarray], list[int]]:
     return sequences, responses
 
 
+def _model_and_batch(config: dict, seed: int) -> tuple[torch.nn.Module, list[np.ndarray], list[int]]:
+    """The tiny model and a batch whose ids are in its vocabulary."""
+    model = actor.build_causal_lm(config, torch.float32, CPU, gradient_checkpointing=False)
+    sequences, responses = _batch(seed)
+    return model, [s % config["vocab_size"] for s in sequences], responses
+
+
 @pytest.mark.parametrize("phase", list(worker_batch.PASS_ENTRIES))
 def test_verls_micro_batch_moved_whole_gives_the_packed_tensors(phase: str) -> None:
     sequences, responses = _batch()
@@ -50,10 +57,7 @@ def test_verls_micro_batch_moved_whole_gives_the_packed_tensors(phase: str) -> N
 
 def test_the_same_log_probs_from_verls_micro_batch(tiny_config) -> None:
     """The model sees the same packed row through either path."""
-    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
-    vocab = tiny_config["vocab_size"]
-    sequences, responses = _batch(1)
-    sequences = [s % vocab for s in sequences]
+    model, sequences, responses = _model_and_batch(tiny_config, 1)
     indices = tuple(range(6))
     staged = worker_batch.stage(sequences, responses, indices, "old_log_prob")
     with torch.no_grad():
@@ -94,10 +98,7 @@ def test_verls_micro_batch_padded_on_the_device_gives_the_padded_tensors(phase: 
 def test_verls_loss_on_padded_rows_is_the_packed_rows_loss(tiny_config) -> None:
     """The padded layout's log-probs come back in the real tokens' order, so verl's loss (the
     responses cut back sequence by sequence) gives the packed layout's loss and metrics."""
-    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
-    vocab = tiny_config["vocab_size"]
-    sequences, responses = _batch(3)
-    sequences = [s % vocab for s in sequences]
+    model, sequences, responses = _model_and_batch(tiny_config, 3)
     indices = tuple(range(5))
     staged = worker_batch.stage(sequences, responses, indices, "update_actor")
     losses, reads = [], []
@@ -119,9 +120,7 @@ def test_verls_loss_on_padded_rows_is_the_packed_rows_loss(tiny_config) -> None:
 def test_the_logits_are_divided_by_verls_temperature(tiny_config, layout: str) -> None:
     """verl divides the logits by the sampling temperature on either path (a new tensor at
     its default of 1.0): each real position's (packed) or each row's (padded)."""
-    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
-    sequences, responses = _batch(4)
-    sequences = [s % tiny_config["vocab_size"] for s in sequences]
+    model, sequences, responses = _model_and_batch(tiny_config, 4)
     indices = (0, 2, 5)
     moved = worker_batch.to_device(
         worker_batch.stage(sequences, responses, indices, "old_log_prob"), CPU, layout
@@ -139,9 +138,7 @@ def test_the_logits_are_divided_by_verls_temperature(tiny_config, layout: str) -
 
 
 def test_padded_rows_entropy_is_taken_over_every_position_and_kept_for_the_real_ones(tiny_config) -> None:
-    model = actor.build_causal_lm(tiny_config, torch.float32, CPU, gradient_checkpointing=False)
-    sequences, responses = _batch(5)
-    sequences = [s % tiny_config["vocab_size"] for s in sequences]
+    model, sequences, responses = _model_and_batch(tiny_config, 5)
     staged = worker_batch.stage(sequences, responses, (1, 3, 4, 7), "update_actor")
     entropies = []
     for layout in (actor.PACKED, actor.PADDED):
