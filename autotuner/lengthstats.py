@@ -12,6 +12,13 @@ sum at that position, by the saddlepoint approximation (Lugannani-Rice) of its t
 the distributions' cumulant generating functions. It holds for long-tailed lengths, where
 a normal approximation misses the one long response that makes a micro-batch the
 largest; the ``n`` samples of one prompt share its length.
+
+A rank's sequences come in the order verl's trainer hands them over
+(``trials.lengths.verl_batch_order``): the shorter half of the responses first, shortest
+first, then the longer half in no order of length. ``VerlOrder`` gives a run of that order
+its statistics: the heaviest runs lie in the second half, sums of sequences whose responses
+come from the distribution's upper half and whose prompts are independent.
+``PromptOrder`` is the same for sequences in the prompts' order.
 """
 
 from __future__ import annotations
@@ -52,14 +59,17 @@ class StepLengths:
     samples_per_prompt: int
 
     @classmethod
-    def of(cls, w: Workload) -> StepLengths:
+    def of(cls, w: Workload, longer_half: bool = False) -> StepLengths:
+        """The job's lengths; ``longer_half``: those of the sequences whose responses lie in
+        the distribution's upper half, each with a prompt of its own."""
         u, weights = _grid()
         prompts = w.prompt_length.quantiles(u, w.max_prompt_length)
-        responses = w.response_length.quantiles(u, w.max_response_length)
+        responses = w.response_length.quantiles(0.5 + u / 2 if longer_half else u, w.max_response_length)
         sums = (prompts[:, None] + responses[None, :]).ravel()
         order = np.argsort(sums, kind="stable")
         pair_weights = (weights[:, None] * weights[None, :]).ravel()[order]
-        return cls(prompts, responses, weights, sums[order], np.cumsum(pair_weights), w.n)
+        n = 1 if longer_half else w.n
+        return cls(prompts, responses, weights, sums[order], np.cumsum(pair_weights), n)
 
     @property
     def mean(self) -> float:
@@ -99,6 +109,51 @@ class StepLengths:
             else:
                 t_high = mid
         return min(high, max(k * self.mean, cgf.mean(t_high)))
+
+
+@dataclass(frozen=True)
+class PromptOrder:
+    """A rank's sequences in the prompts' order (``BatchDraw.train_order`` "prompts")."""
+
+    whole: StepLengths
+
+    @classmethod
+    def of(cls, w: Workload) -> PromptOrder:
+        return cls(StepLengths.of(w))
+
+    def largest_run(self, k: int, runs: int) -> float:
+        """The expected largest total of ``runs`` runs of ``k`` consecutive sequences."""
+        return self.whole.largest_sum(k, runs)
+
+    def shortest_in_largest_run(self, k: int, runs: int) -> float:
+        """The expected shortest sequence of that run."""
+        return self.whole.shortest(k)
+
+
+@dataclass(frozen=True)
+class VerlOrder:
+    """A rank's sequences in verl's order: ``whole``, the step's statistics; ``longer``,
+    those of its second half (see the module's notes)."""
+
+    whole: StepLengths
+    longer: StepLengths
+
+    @classmethod
+    def of(cls, w: Workload) -> VerlOrder:
+        return cls(StepLengths.of(w), StepLengths.of(w, longer_half=True))
+
+    def largest_run(self, k: int, runs: int) -> float:
+        """The expected largest total of ``runs`` runs of ``k`` consecutive sequences: one
+        run is the whole; else the heaviest of the second half's ``runs // 2``."""
+        if runs <= 1:
+            return k * self.whole.mean
+        if k <= 1:
+            return self.whole.longest(runs)
+        return self.longer.largest_sum(k, max(1, runs // 2))
+
+    def shortest_in_largest_run(self, k: int, runs: int) -> float:
+        """The expected shortest sequence of that run."""
+        return (self.whole if runs <= 1 else self.longer).shortest(k)
 
 
 def _tilted(values: np.ndarray, weights: np.ndarray, t: float) -> tuple[float, float, float]:

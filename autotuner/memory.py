@@ -56,6 +56,7 @@ own arithmetic, not an estimate: it skips a proposal at any margin (``engine_ref
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -65,7 +66,7 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from autotuner.knobs import KNOBS, SpaceContext, memory_knobs
-from autotuner.lengthstats import StepLengths
+from autotuner.lengthstats import PromptOrder, StepLengths, VerlOrder
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import batch_draw, build_trial_spec
@@ -281,14 +282,19 @@ class MemoryModel:
         device: Literal["cuda", "cpu"],
         capacity_gib: float | None,
         physics: Physics | None = None,
+        train_order: str = "verl",
     ) -> None:
+        """``train_order``: the order the trials take their train sequences in
+        (``trials.types.BatchDraw.train_order``); "prompts" for trials recorded before
+        they took verl's."""
         self.spec, self.arch, self.device = spec, arch, device
         self.capacity_gib = capacity_gib
         self.k = physics or Physics()
         self.corrections: dict[str, Correction] = {}
         self._cache: dict[str, tuple[TrialSpec, MemoryPrediction]] = {}
         self._lengths: StepLengths | None = None
-        self._batch = batch_draw(spec)
+        self._order: VerlOrder | PromptOrder | None = None
+        self._batch = dataclasses.replace(batch_draw(spec), train_order=train_order)
 
     # ---------------------------------------------------------------- calibration
 
@@ -339,8 +345,16 @@ class MemoryModel:
     def lengths(self) -> StepLengths:
         """The job's sequence-length statistics (computed once)."""
         if self._lengths is None:
-            self._lengths = StepLengths.of(self.spec.workload)
+            self._lengths = self.order.whole
         return self._lengths
+
+    @property
+    def order(self) -> VerlOrder | PromptOrder:
+        """The statistics of a rank's sequences in the trials' order (computed once)."""
+        if self._order is None:
+            w = self.spec.workload
+            self._order = VerlOrder.of(w) if self._batch.train_order == "verl" else PromptOrder.of(w)
+        return self._order
 
     def physics_of(self, config: dict) -> MemoryPrediction:
         return self._trial_and_physics(config)[1]
@@ -504,24 +518,26 @@ class MemoryModel:
     ) -> Shape | None:
         """The largest micro-batch of ``sets`` sets of ``count`` sequences, each set cut into
         micro-batches as ``trials.batching`` cuts it (``micro`` sequences, or balanced by
-        ``budget`` tokens); None where verl rejects the plan. From the job's length
-        statistics (``autotuner.lengthstats``), never a list per request."""
+        ``budget`` tokens), the sequences in the trials' order; None where verl rejects the plan.
+        From the job's length statistics (``autotuner.lengthstats``), never a list per
+        request."""
         if micro < 1 or count < 1:
             return None
-        stats = self.lengths
+        stats, order = self.lengths, self.order
         longest = stats.longest(count * sets)
         if dynamic:
             if longest > budget:  # verl rejects a sequence longer than the token budget
                 return None
-            heaviest = stats.largest_sum(count, sets)
+            heaviest = order.largest_run(count, sets)
             groups = min(count, max(1, math.ceil(heaviest / budget)))
             # Balanced longest-first: every group within one short sequence of the mean, and
             # within the budget (verl adds a group until each fits).
-            real = min(heaviest, heaviest / groups + stats.shortest(count), budget)
+            shortest = order.shortest_in_largest_run(count, sets)
+            real = min(heaviest, heaviest / groups + shortest, budget)
             rows = math.ceil(count / groups)
         else:
             rows = min(micro, count)
-            real = stats.largest_sum(rows, math.ceil(count / rows) * sets)
+            real = order.largest_run(rows, math.ceil(count / rows) * sets)
         sdpa = self.device != "cuda"  # flash-attention on a GPU takes no mask
         if packed:  # one row of the micro-batch's real tokens
             return Shape(real, real, real * real if sdpa else 0.0)

@@ -74,6 +74,9 @@ class Landscape:
     # a cross design's base and held-out configs, or which points were composed); {} for a
     # landscape of every config.
     design: dict[str, Any] = field(default_factory=dict)
+    # The order its trials took their train sequences in (``trials.types.BatchDraw``):
+    # "prompts" for landscapes recorded before trials took verl's.
+    train_order: str = "verl"
 
     # ---------------------------------------------------------------- files
 
@@ -90,6 +93,7 @@ class Landscape:
             "spec": json.loads(self.spec.model_dump_json()),
             "arch": {"name": self.arch.name, "config": self.arch.config},
             "design": self.design,
+            "train_order": self.train_order,
             "points": [
                 {"config": p.config, "runs": [dataclasses.asdict(r) for r in p.runs]} for p in self.points
             ],
@@ -116,6 +120,7 @@ class Landscape:
             command=data.get("command", ""),
             recorded_at=data.get("recorded_at", ""),
             design=data.get("design") or {},
+            train_order=data.get("train_order", "prompts"),
             points=[
                 LandscapePoint(p["config"], [TrialResult.from_dict(r) for r in p["runs"]])
                 for p in data["points"]

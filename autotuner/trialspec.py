@@ -35,6 +35,7 @@ def batch_draw(spec: JobSpec) -> BatchDraw:
         seed=spec.seed,
         rollout_requests=requests,
         train_sequences=requests,
+        train_ranks=spec.cluster.world_size,
     )
 
 

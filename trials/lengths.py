@@ -9,11 +9,33 @@ A distribution is plain data, as the job spec holds it (``autotuner.spec``'s len
 kinds): ``{"kind": "fixed", "value": ...}``, ``uniform`` (``low``, ``high``), ``normal``
 (``mean``, ``std``, ``min``, ``max``), ``lognormal`` (``median``, ``sigma``, ``min``,
 ``max``), ``list`` (``values``).
+
+The rollout's requests keep the prompts' order. The train sequences come in the order
+verl v0.9's trainer hands them to its actor's ranks (``verl_batch_order``):
+
+- The replay buffer's order. verl's v1 agent loop puts each trajectory into TransferQueue
+  as it finishes (``verl/trainer/ppo/v1/agent_loop_tq.py``, ``_agent_loop_postprocess``),
+  TransferQueue lists keys in the order they were put, and the replay buffer builds the
+  step's batch in that order (``verl/trainer/ppo/v1/replay_buffer.py``,
+  ``_materialize_batch``). A rollout finishes its shorter responses first. verl's traced
+  updates (four H200, 2026-11-27: four layouts, 4 steps each; ``benchmarks/README.md``)
+  hold the first half of every step's sequences in that order, shortest response first,
+  and the longer half after them in no order their lengths explain: the trial takes the
+  shorter half shortest first (ties in the prompts' order), then the longer half in the
+  prompts' order.
+- Balanced over the ranks. ``_balance_batch`` (``verl/trainer/ppo/v1/trainer_base.py``)
+  splits the batch into as many equal-sized partitions as the actor has data-parallel
+  ranks, balanced by verl's workload estimate of each sequence
+  (``calculate_workload``: ``24576 * length + length**2``) with the Karmarkar-Karp
+  largest-differencing method (``get_seqlen_balanced_partitions``), each partition's
+  sequences in the batch's order; rank ``r`` takes partition ``r``. With one rank the
+  order is kept.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import math
 from typing import Any
 
@@ -57,6 +79,85 @@ def step_lengths(b: BatchDraw) -> tuple[list[int], list[int]]:
     return [p for p in prompts for _ in range(n)], responses
 
 
+TRAIN_ORDERS = ("verl", "prompts")
+
+
+def verl_workload(length: int) -> int:
+    """verl's estimate of a sequence's compute, which ``_balance_batch`` balances
+    (``verl.utils.seqlen_balancing.calculate_workload``)."""
+    return 24576 * length + length * length
+
+
+@dataclasses.dataclass
+class _Part:
+    """One partition of a differencing state: its total and its ``(index, value)`` items."""
+
+    total: int = 0
+    items: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    def key(self) -> tuple[int, int, list[tuple[int, int]]]:
+        return self.total, len(self.items), self.items
+
+
+class _State:
+    """``k`` partitions, heaviest first; the heap pops the state of largest spread first,
+    then the one whose heaviest partition is heaviest (as verl's ``karmarkar_karp``)."""
+
+    def __init__(self, parts: list[_Part]) -> None:
+        self.parts = sorted(parts, key=_Part.key, reverse=True)
+
+    @property
+    def spread(self) -> int:
+        return self.parts[0].total - self.parts[-1].total
+
+    def __lt__(self, other: _State) -> bool:
+        if self.spread != other.spread:
+            return self.spread > other.spread
+        return self.parts[0].key() > other.parts[0].key()
+
+    def merge(self, other: _State) -> None:
+        k = len(self.parts)
+        for i, part in enumerate(self.parts):
+            for idx, value in other.parts[k - 1 - i].items:
+                part.items.append((idx, value))
+                part.total += value
+        self.parts = sorted(self.parts, key=_Part.key, reverse=True)
+
+
+def balanced_partitions(values: list[int], k: int) -> list[list[int]]:
+    """``k`` partitions of ``range(len(values))`` of equal size, balanced by ``values``
+    with the largest-differencing method, each partition's indices ascending, as verl's
+    ``get_seqlen_balanced_partitions(values, k, equal_size=True)`` returns them."""
+    if k < 1 or len(values) % k:
+        raise InvalidTrialSpec(f"{len(values)} sequences do not split into {k} equal partitions")
+    ranked = sorted((value, i) for i, value in enumerate(values))
+    heap: list[_State] = []
+    for start in range(0, len(ranked), k):
+        chunk = ranked[start : start + k]
+        heapq.heappush(heap, _State([_Part(v, [(i, v)]) for v, i in chunk]))
+    while len(heap) > 1:
+        first, second = heapq.heappop(heap), heapq.heappop(heap)
+        first.merge(second)
+        heapq.heappush(heap, first)
+    return [sorted(idx for idx, _ in part.items) for part in heap[0].parts]
+
+
+def verl_batch_order(prompts: list[int], responses: list[int], ranks: int = 1) -> list[int]:
+    """The indices of a step's sequences in the order verl's trainer hands them to its
+    ``ranks`` data-parallel ranks, rank 0's share first (see the module's notes). A batch
+    that does not split evenly over the ranks leaves its last sequences out, as a trial's
+    share (``BatchDraw.train_sequences``) does."""
+    half = len(responses) // 2
+    shorter = sorted(range(len(responses)), key=lambda i: responses[i])[:half]
+    first = set(shorter)
+    replay = shorter + [i for i in range(len(responses)) if i not in first]
+    if ranks <= 1:
+        return replay
+    replay = replay[: len(replay) - len(replay) % ranks]
+    work = [verl_workload(prompts[i] + responses[i]) for i in replay]
+    return [replay[j] for part in balanced_partitions(work, ranks) for j in part]
+
+
 def drawn(spec: TrialSpec) -> TrialSpec:
     """``spec`` with its lengths drawn from ``spec.batch`` (unchanged when it has none)."""
     if spec.batch is None:
@@ -68,13 +169,21 @@ def drawn(spec: TrialSpec) -> TrialSpec:
         prompts, responses = step_lengths(b)
     except (KeyError, TypeError, ValueError) as exc:  # a distribution missing or mistyping a field
         raise InvalidTrialSpec(f"batch: cannot draw lengths ({type(exc).__name__}: {exc})") from exc
+    if b.train_ranks < 1:
+        raise InvalidTrialSpec(f"batch.train_ranks must be >= 1, got {b.train_ranks}")
+    if b.train_order not in TRAIN_ORDERS:
+        raise InvalidTrialSpec(f"batch.train_order must be one of {TRAIN_ORDERS}, got {b.train_order!r}")
+    if b.train_order == "verl":
+        order = verl_batch_order(prompts, responses, b.train_ranks)[: b.train_sequences]
+    else:
+        order = list(range(b.train_sequences))
     return dataclasses.replace(
         spec,
         batch=None,
         prompt_lengths=prompts[: b.rollout_requests],
         response_lengths=responses[: b.rollout_requests],
-        train_prompt_lengths=prompts[: b.train_sequences],
-        train_response_lengths=responses[: b.train_sequences],
+        train_prompt_lengths=[prompts[i] for i in order],
+        train_response_lengths=[responses[i] for i in order],
     )
 
 

@@ -122,7 +122,9 @@ class BatchDraw(JsonData):
     (as the job spec holds them), caps, counts and seed, and the requests this trial takes
     from the step, each a prefix of the step's requests (prompts repeated
     ``samples_per_prompt`` times): ``rollout_requests`` for its replicas' rollout,
-    ``train_sequences`` for its ranks' train share."""
+    ``train_sequences`` for its ranks' train share. The train sequences come in the order
+    verl's trainer hands them to its ranks (``trials.lengths.verl_batch_order``), over the
+    actor's ``train_ranks`` data-parallel ranks."""
 
     prompt_length: dict[str, Any]
     response_length: dict[str, Any]
@@ -133,6 +135,11 @@ class BatchDraw(JsonData):
     seed: int
     rollout_requests: int
     train_sequences: int
+    train_ranks: int = 1  # the actor's data-parallel ranks in the job's world
+    # "verl": the train sequences in verl's order (``trials.lengths.verl_batch_order``);
+    # "prompts": in the prompts' order, as every trial recorded up to 2026-11-27's
+    # layouts in verl (results/verl-qwen2.5-1.5b-h200x4-layouts.json) took them.
+    train_order: str = "verl"
 
 
 @dataclass

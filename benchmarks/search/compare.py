@@ -140,7 +140,17 @@ def run_strategy(
         sampler=_sampler(strategy, spec, space),
     )
     executor = ReplayExecutor(landscape)
-    model = MemoryModel(spec, landscape.arch, landscape.device, landscape.memory_cap_gib) if ours else None
+    model = (
+        MemoryModel(
+            spec,
+            landscape.arch,
+            landscape.device,
+            landscape.memory_cap_gib,
+            train_order=landscape.train_order,
+        )
+        if ours
+        else None
+    )
     runner = StudyRunner(
         spec,
         study,

@@ -14,13 +14,13 @@ import optuna
 import pytest
 
 from autotuner.knobs import A, R
-from autotuner.lengthstats import StepLengths
+from autotuner.lengthstats import StepLengths, VerlOrder
 from autotuner.memory import MemoryModel
 from autotuner.space import SearchSpace
 from autotuner.spec import MAX_REQUESTS_PER_STEP, JobSpec, parse_job_spec
 from autotuner.trialspec import build_trial_spec
 from trials import run_trial
-from trials.lengths import drawn
+from trials.lengths import drawn, verl_batch_order
 from trials.ranks import rank_spec
 from trials.types import TrialSpec
 
@@ -113,11 +113,13 @@ def test_the_trial_draws_the_batch_its_seed_gives_each_share_a_prefix_of_the_ste
     config = {R + "max_model_len": 4608, R + "tensor_model_parallel_size": 2}
     trial = drawn(build_trial_spec(spec, arch, config, "t", "cuda", None))
     assert trial.batch is None
-    # One replica of TP 2 in a world of 4: half the requests; its 2 ranks' train shares.
+    # One replica of TP 2 in a world of 4: half the requests; its 2 ranks' train shares, the
+    # step's sequences in the order verl hands them to the world's 4 ranks.
     assert trial.prompt_lengths == step_prompts[:128] and trial.response_lengths == responses[:128]
-    assert trial.train_prompt_lengths == step_prompts[:128]
-    assert trial.train_response_lengths == responses[:128]
-    assert rank_spec(trial, 1).train_response_lengths == responses[64:128]
+    order = verl_batch_order(step_prompts, responses, 4)
+    assert trial.train_prompt_lengths == [step_prompts[i] for i in order[:128]]
+    assert trial.train_response_lengths == [responses[i] for i in order[:128]]
+    assert rank_spec(trial, 1).train_response_lengths == [responses[i] for i in order[64:128]]
     again = drawn(build_trial_spec(spec, arch, config, "u", "cuda", None))
     assert again.response_lengths == trial.response_lengths
     other = drawn(build_trial_spec(spec.model_copy(update={"seed": 6}), arch, config, "v", "cuda", None))
@@ -127,10 +129,11 @@ def test_the_trial_draws_the_batch_its_seed_gives_each_share_a_prefix_of_the_ste
 @pytest.mark.parametrize("k", [1, 4, 16, 64])
 def test_the_statistics_expect_the_largest_micro_batch_trials_draw(k) -> None:
     # Micro-batches of k consecutive sequences of a rank's 2,048 (256 prompts x 8 samples,
-    # the responses a long-tailed measured list): the statistics' expected largest against
-    # the mean of the largest the trials of eight seeds drew.
+    # the responses a long-tailed measured list) in verl's order: the statistics' expected
+    # largest against the mean of the largest the trials of eight seeds drew.
     spec = _job(256, 8)
     stats = StepLengths.of(spec.workload)
+    order = VerlOrder.of(spec.workload)
     arch = spec.validate_model()
     largest, means = [], []
     for seed in range(8):
@@ -142,7 +145,7 @@ def test_the_statistics_expect_the_largest_micro_batch_trials_draw(k) -> None:
         largest.append(lengths.reshape(-1, k).sum(axis=1).max())
         means.append(lengths.mean())
     assert stats.mean == pytest.approx(np.mean(means), rel=0.02)
-    assert stats.largest_sum(k, 2048 // k) == pytest.approx(np.mean(largest), rel=0.08)
+    assert order.largest_run(k, 2048 // k) == pytest.approx(np.mean(largest), rel=0.08)
 
 
 def test_a_trial_the_service_built_draws_its_batch_and_trains_on_it() -> None:

@@ -10,7 +10,10 @@
   share their engine side): what those trials measure, and the out-of-memory start-ups.
 - benchmarks/results/qwen2.5-1.5b-grpo-h200.json: 22 H200 trials of the trial before
   2026-11-24 (a knob they predate at what they ran with): the shapes of the prediction
-  (what grows with what, what is far beyond the GPU)."""
+  (what grows with what, what is far beyond the GPU).
+
+All of them ran before trials took their train sequences in verl's order, so their models
+take the prompts' order (``MemoryModel(train_order="prompts")``)."""
 
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def _errors_pct(model: MemoryModel, trial: TrialRecord, engine: bool = True) -> 
 def test_physics_alone_is_close_on_every_phase_the_packed_trials_finished() -> None:
     job = json.loads(PACKED_RESULTS.read_text())["jobs"][0]
     spec = JobSpec.model_validate(job["spec"])
-    model = MemoryModel(spec, spec.validate_model(), "cuda", H200_GIB)
+    model = MemoryModel(spec, spec.validate_model(), "cuda", H200_GIB, train_order="prompts")
     trials = [TrialRecord(**t) for t in job["trials"] if t.get("config")]
     errors = {t.number: _errors_pct(model, t) for t in trials}
     finished = [t for t in trials if t.status == "ok"]
@@ -105,7 +108,7 @@ def cpu_landscape():
 
 def test_calibrated_on_the_earlier_trials_it_predicts_the_next_within_12_percent(cpu_landscape) -> None:
     spec, arch, trials = cpu_landscape
-    model = MemoryModel(spec, arch, "cpu", 2.0)
+    model = MemoryModel(spec, arch, "cpu", 2.0, train_order="prompts")
     every = []
     for i, trial in enumerate(trials):
         model.calibrate(trials[:i])
@@ -118,7 +121,7 @@ def test_calibrated_on_the_earlier_trials_it_predicts_the_next_within_12_percent
 @pytest.mark.parametrize("calibrated", [False, True])
 def test_it_skips_the_measured_ooms_and_never_a_trial_that_fit(cpu_landscape, calibrated) -> None:
     spec, arch, trials = cpu_landscape
-    model = MemoryModel(spec, arch, "cpu", 2.0)
+    model = MemoryModel(spec, arch, "cpu", 2.0, train_order="prompts")
     skipped = {}
     for i, trial in enumerate(trials):
         if calibrated:
@@ -132,7 +135,7 @@ def test_it_skips_the_measured_ooms_and_never_a_trial_that_fit(cpu_landscape, ca
 
 def test_micro_batch_128_is_predicted_far_beyond_the_gpu(h200) -> None:
     spec, arch, trials = h200
-    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
     (trial,) = [
         t
         for t in trials
@@ -147,7 +150,7 @@ def test_micro_batch_128_is_predicted_far_beyond_the_gpu(h200) -> None:
 
 def test_verl_defaults_fit_and_a_too_large_engine_budget_does_not(h200) -> None:
     spec, arch, trials = h200
-    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
     base = dict(next(t for t in trials if t.baseline == "verl-v0.9-defaults").config)
     assert model.predict(base).exceeds(0.0) is None
     # gmu 0.95 beside a resident actor (17 GiB, no offload): vLLM refuses at start-up.
@@ -167,7 +170,7 @@ def test_verl_defaults_fit_and_a_too_large_engine_budget_does_not(h200) -> None:
 def test_every_phase_grows_with_a_memory_knob_the_rest_fixed(h200, knob) -> None:
     spec, arch, _ = h200
     space = SearchSpace.build(spec, arch, "cuda")
-    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     values = space.searched[knob]
     checked = 0
@@ -197,7 +200,7 @@ def test_on_a_cpu_the_engine_is_checked_beside_the_actor() -> None:
         }
     )
     arch = spec.validate_model()
-    model = MemoryModel(spec, arch, "cpu", 2.0)
+    model = MemoryModel(spec, arch, "cpu", 2.0, train_order="prompts")
     config = SearchSpace.build(spec, arch, "cpu").baseline_config()
     fits = model.predict(config | {R + "gpu_memory_utilization": 0.5})
     assert fits.exceeds(0.0) is None
@@ -224,7 +227,7 @@ def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200
     }
     startup, budgets = {}, {}
     for engine, job in engines.items():
-        model = MemoryModel(job, arch, "cuda", H200_GIB)
+        model = MemoryModel(job, arch, "cuda", H200_GIB, train_order="prompts")
         config = SearchSpace.build(job, arch, "cuda").baseline_config() | {
             R + "gpu_memory_utilization": 0.9,
             A + "fsdp_config.param_offload": False,
@@ -268,7 +271,7 @@ def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fit
     job_trials,
 ) -> None:
     spec, arch, trials = job_trials
-    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
     ran = [t for t in trials if t.status in ("ok", "oom")]
     refused = {}
     for trial in ran:
@@ -293,7 +296,7 @@ def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fit
 
 def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level(job_trials) -> None:
     spec, arch, trials = job_trials
-    model = MemoryModel(spec, arch, "cuda", H200_GIB)
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
     own = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" not in t.metrics]
     assert len(own) >= 8 and all(t.metrics["train_expandable_segments"] == 1.0 for t in own)
     for trial in own:

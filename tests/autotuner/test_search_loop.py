@@ -53,7 +53,11 @@ def _runner(landscape, tmp_path, *, model=False, infer=False, objectives=None, *
     space = SearchSpace.build(spec, landscape.arch, landscape.device)
     study = open_study(spec, "replayed", f"sqlite:///{tmp_path / 'db.sqlite'}")
     executor = ReplayExecutor(landscape)
-    memory = MemoryModel(spec, landscape.arch, "cpu", landscape.memory_cap_gib) if model else None
+    memory = (
+        MemoryModel(spec, landscape.arch, "cpu", landscape.memory_cap_gib, train_order=landscape.train_order)
+        if model
+        else None
+    )
     runner = StudyRunner(
         spec,
         study,
@@ -83,7 +87,9 @@ def test_the_landscape_is_real_and_labelled_as_cpu(landscape) -> None:
 def test_replay_answers_each_config_with_its_recorded_runs_in_turn(landscape) -> None:
     executor = ReplayExecutor(landscape)
     point = landscape.points[0]
-    spec = MemoryModel(landscape.spec, landscape.arch, "cpu", 2.0).trial_spec(point.config)
+    spec = MemoryModel(
+        landscape.spec, landscape.arch, "cpu", 2.0, train_order=landscape.train_order
+    ).trial_spec(point.config)
     for k in range(3):
         spec.trial_id = f"t{k}"
         executor.submit(spec, None, 60)  # type: ignore[arg-type]

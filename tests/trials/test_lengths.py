@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import random
+import subprocess
 
 import pytest
 
 from trials import run_trial
 from trials.errors import InvalidTrialSpec
-from trials.lengths import drawn
+from trials.lengths import balanced_partitions, drawn, verl_batch_order, verl_workload
 from trials.types import BatchDraw, TrialSpec
 
 from .trial_helpers import make_spec
+from .verl_helpers import verl_python
 
 
 def _batch(**changes) -> BatchDraw:
@@ -34,11 +38,15 @@ def test_a_drawn_spec_holds_its_shares_of_one_step_capped_and_grouped_by_prompt(
     assert spec.batch is None
     assert len(spec.prompt_lengths) == len(spec.response_lengths) == 16
     assert len(spec.train_prompt_lengths) == 32
-    assert spec.prompt_lengths == spec.train_prompt_lengths[:16]
     assert min(spec.train_response_lengths) >= 1 and max(spec.train_response_lengths) <= 40
     assert max(spec.train_prompt_lengths) <= 32  # the cap cuts the uniform's tail
-    groups = [spec.train_prompt_lengths[i : i + 4] for i in range(0, 32, 4)]
-    assert all(len(set(g)) == 1 for g in groups)  # the n samples of a prompt share it
+    # The rollout's requests in the prompts' order: the n samples of a prompt share it.
+    groups = [spec.prompt_lengths[i : i + 4] for i in range(0, 16, 4)]
+    assert all(len(set(g)) == 1 for g in groups)
+    whole = drawn(TrialSpec("w", "tiny", {}, batch=_batch(rollout_requests=32)))
+    # The train share is the same step's sequences, each its prompt's and response's.
+    pairs = sorted(zip(whole.prompt_lengths, whole.response_lengths, strict=True))
+    assert sorted(zip(spec.train_prompt_lengths, spec.train_response_lengths, strict=True)) == pairs
     assert drawn(spec) is spec  # drawn once
     again = drawn(TrialSpec("u", "tiny", {}, batch=_batch()))
     assert again.train_response_lengths == spec.train_response_lengths
@@ -60,3 +68,69 @@ def test_a_batch_that_cannot_be_drawn_fails_the_trial_naming_why(tiny_config, ch
     result = run_trial(make_spec(tiny_config, phases=["train"], batch=_batch(**change)))
     assert result.status == "error" and result.error_type == "InvalidTrialSpec", result
     assert phrase in (result.error_message or "")
+
+
+def test_one_ranks_train_sequences_come_shorter_half_first_then_the_longer_half_in_prompt_order() -> None:
+    whole = drawn(TrialSpec("w", "tiny", {}, batch=_batch(rollout_requests=32)))
+    spec = drawn(TrialSpec("t", "tiny", {}, batch=_batch()))
+    responses = whole.response_lengths
+    first, second = spec.train_response_lengths[:16], spec.train_response_lengths[16:]
+    assert first == sorted(first)  # as the rollout finished them, shortest first
+    assert max(first) <= min(second)  # the shorter half, then the longer half
+    order = verl_batch_order(whole.prompt_lengths, responses)
+    assert sorted(order) == list(range(32))
+    assert order[16:] == sorted(order[16:])  # the longer half in the prompts' order
+    assert spec.train_response_lengths == [responses[i] for i in order]
+    assert second != sorted(second)  # which is not the order of its lengths
+
+
+def test_a_world_of_ranks_takes_balanced_shares_each_in_the_batchs_order() -> None:
+    whole = drawn(TrialSpec("w", "tiny", {}, batch=_batch(rollout_requests=32)))
+    prompts, responses = whole.prompt_lengths, whole.response_lengths
+    replay = verl_batch_order(prompts, responses)
+    order = verl_batch_order(prompts, responses, 4)
+    assert sorted(order) == list(range(32))
+    position = {seq: k for k, seq in enumerate(replay)}
+    work = []
+    for r in range(4):
+        share = order[8 * r : 8 * r + 8]
+        assert [position[i] for i in share] == sorted(position[i] for i in share)
+        work.append(sum(verl_workload(prompts[i] + responses[i]) for i in share))
+    one_sequence = max(verl_workload(p + q) for p, q in zip(prompts, responses, strict=True))
+    assert max(work) - min(work) < one_sequence
+    # A trial's share of two of the four ranks: their partitions, rank 0's first.
+    spec = drawn(TrialSpec("t", "tiny", {}, batch=_batch(train_sequences=16, train_ranks=4)))
+    assert spec.train_response_lengths == [responses[i] for i in order[:16]]
+    with pytest.raises(InvalidTrialSpec, match="train_ranks must be >= 1"):
+        drawn(TrialSpec("t", "tiny", {}, batch=_batch(train_ranks=0)))
+
+
+_VERL_PARTITIONS = """
+import json, sys
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+cases = json.loads(sys.stdin.read())
+print(json.dumps([get_seqlen_balanced_partitions(v, k, equal_size=True) for v, k in cases]))
+"""
+
+
+def test_the_ranks_partitions_are_verls_own() -> None:
+    # verl's get_seqlen_balanced_partitions in verl's environment, on workloads with ties
+    # (short sequences repeat) and without, against the trial's.
+    rng = random.Random(3)
+    cases = []
+    for _ in range(60):
+        k = rng.choice([2, 3, 4, 8])
+        lengths = [
+            rng.choice([rng.randint(1, 4000), rng.randint(1, 20)]) for _ in range(k * rng.randint(1, 24))
+        ]
+        cases.append(([verl_workload(n) for n in lengths], k))
+    out = subprocess.run(
+        [verl_python(), "-c", _VERL_PARTITIONS],
+        input=json.dumps(cases),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert [balanced_partitions(v, k) for v, k in cases] == json.loads(out.stdout)
+    with pytest.raises(InvalidTrialSpec, match="10 sequences do not split into 4"):
+        balanced_partitions(list(range(10)), 4)

@@ -37,7 +37,7 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
         ReplayExecutor(landscape),
         "cpu",
         landscape.memory_cap_gib,
-        memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0),
+        memory_model=MemoryModel(spec, landscape.arch, "cpu", 2.0, train_order=landscape.train_order),
     )
     runner.enqueue_baseline()
     result = runner.run()
