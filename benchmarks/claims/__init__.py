@@ -121,6 +121,8 @@ MARK = re.compile(r"(<!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /cla
 
 
 LAYOUTS = "results/verl-qwen2.5-1.5b-h200x4-layouts.json"
+# The trials again in verl's batch order, three rounds each, beside LAYOUTS' verl runs.
+LAYOUTS_ORDER = "results/verl-qwen2.5-1.5b-h200x4-layouts-order.json"
 
 CLAIMS: list[Claim] = [
     # benchmarks/README.md
@@ -130,6 +132,10 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("layout-verl-order", layout_verl(LAYOUTS_ORDER, probe=probe_ratios())),
+    Claim("layout-verl-order-steps", layout_verl_steps(LAYOUTS_ORDER)),
+    Claim("layout-verl-order-update", layout_verl_update(LAYOUTS_ORDER)),
+    Claim("layout-verl-order-hosts", layout_verl_hosts(LAYOUTS_ORDER)),
     Claim("layout-verl", layout_verl(LAYOUTS, probe=probe_ratios())),
     Claim("layout-verl-steps", layout_verl_steps(LAYOUTS)),
     Claim("layout-verl-update", layout_verl_update(LAYOUTS)),

@@ -49,13 +49,14 @@ from autotuner.executor import RayExecutor, Resources, cluster_resources, ensure
 from autotuner.jobs import build_space, memory_cap_gib, resolve_device
 from autotuner.knobs import R
 from autotuner.records import config_key
-from autotuner.replay import Landscape, LandscapePoint
+from autotuner.replay import Landscape, LandscapeError, LandscapePoint
 from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
 from benchmarks.search.compose import DESIGN, DesignError, make_design, parse_fixed
 from trials.metrics import THROUGHPUT
+from trials.types import BatchDraw
 
 
 def _label(device: str, measured_on: str) -> str:
@@ -106,6 +107,12 @@ class Ledger:
             try:
                 if self.out.exists():
                     landscape = Landscape.load(self.out)
+                    if landscape.train_order != BatchDraw.train_order:
+                        raise LandscapeError(
+                            f"{self.out} was recorded with the train sequences in the "
+                            f"{landscape.train_order!r} order, and trials now take "
+                            f"{BatchDraw.train_order!r}: record into a new file"
+                        )
                     landscape.command = self._new[5]
                 else:
                     landscape = Landscape(*self._new, design=self.design)  # type: ignore[arg-type]

@@ -192,3 +192,27 @@ def test_each_lanes_host_speed_is_read_from_the_file_by_its_gpu() -> None:
         before = speed["before"]["median_us_per_op"]["torch_cuda"]
         after = speed["after"]["median_us_per_op"]["torch_cuda"]
         assert f"{config} (GPU {gpu}) {before:.1f} / {after:.1f} us a GPU op" in line
+
+
+ORDER = "results/verl-qwen2.5-1.5b-h200x4-layouts-order.json"
+
+
+def test_the_trials_in_verls_order_stand_beside_the_layouts_verl_runs_unchanged() -> None:
+    order = json.loads((HERE / ORDER).read_text())["run"]
+    earlier = json.loads((HERE / LAYOUTS).read_text())["run"]
+    verl = [r for r in order["runs"] if r["kind"] == "verl"]
+    assert verl == [r for r in earlier["runs"] if r["kind"] == "verl"]
+    trials = [r for r in order["runs"] if r["kind"] == "trial"]
+    assert sorted(r["config"] for r in trials) == sorted(["p4", "p16", "dyn16384", "pad4"] * 3)
+    assert all(r["status"] == "ok" for r in trials)
+    # In verl's order the dynamic batches' trials cut a step as verl's measured steps did.
+    rows = _rows([line.text for line in layout_verl_update(ORDER)()])
+    assert rows["dyn16384"][0] == "16, 16"
+    dynamic = [r["metrics"]["update_actor_micro_batches"] for r in trials if r["config"] == "dyn16384"]
+    assert dynamic == [16.0, 16.0, 16.0]
+    # The trials' ratio to p4: the median of their three rates each.
+    rates = update_rates(json.loads((HERE / ORDER).read_text()))
+    ratios = _rows([line.text for line in layout_verl(ORDER, probe=probe_ratios())()])
+    for config in ("p16", "dyn16384", "pad4"):
+        trial = statistics.median(rates[config]["trial"]) / statistics.median(rates["p4"]["trial"])
+        assert len(rates[config]["trial"]) == 3 and ratios[config][2] == f"{trial:.2f}"

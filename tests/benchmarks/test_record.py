@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from autotuner.jobs import build_space
-from autotuner.replay import Landscape
+from autotuner.replay import Landscape, LandscapeError
 from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from autotuner.study import config_key
+from benchmarks.search.record import Ledger
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = {
@@ -91,6 +92,7 @@ def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(
     assert len({runs[0].trial_id for runs in recorded.values()}) == 3
     assert json.loads(Path(f"{out}.claims").read_text()) == {"live-0": claims["live-0"]}
     assert landscape.label.startswith("CPU landscape")
+    assert landscape.train_order == "verl"  # the trials took verl's order
 
     # The live recorder "dies": the next run of the command records what it had claimed.
     Path(f"{out}.claims").write_text(json.dumps({"live-0": {**claims["live-0"], "pid": gone.pid}}))
@@ -99,3 +101,19 @@ def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(
     assert sorted(config_key(p.config) for p in landscape.points) == sorted(keys)
     assert [len(p.runs) for p in landscape.points] == [1, 1, 1, 1]
     assert json.loads(Path(f"{out}.claims").read_text()) == {}
+
+
+def test_a_landscape_of_trials_in_the_prompts_order_is_not_extended(tmp_path) -> None:
+    spec = parse_job_spec(JOB)
+    out = tmp_path / "landscape.json"
+    old = Landscape(spec, spec.validate_model(), "cpu", 2.0, "old", "record", train_order="prompts")
+    old.save(out)
+    ledger = Ledger(out, spec, spec.validate_model(), "cpu", 2.0, "new", "record")
+    with (
+        pytest.raises(LandscapeError, match="'prompts' order, and trials now take 'verl': record into a new"),
+        ledger.locked(),
+    ):
+        pass
+    Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
+    with ledger.locked() as landscape:
+        assert landscape.train_order == "verl"
