@@ -21,8 +21,9 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   the saved activations of every layer, or only their inputs under gradient
   checkpointing, + the logits and their gradients). A micro-batch computes what its
   layout computes (``trials.actor``): packed, its real tokens ``T``; padded, rows x its
-  longest row; the logits of every such position (``positions x vocab``), twice (verl
-  divides them by the sampling temperature into a new tensor). SDPA (the
+  longest row; the logits of every such position (``positions x vocab``), once (verl
+  0.9.1 divides them by the sampling temperature into a new tensor only where that is not
+  the scalar 1.0, and the trials sample at 1.0, verl's default). SDPA (the
   CPU) adds a boolean mask over each row's positions squared; flash-attention (a GPU)
   none.
 - the reference model (``use_ref``): on a GPU, in pinned CPU memory (verl v0.9's FSDP
@@ -569,13 +570,13 @@ class MemoryModel:
         return cb * (11 * h + 2 * kv + 4 * inter) + 4 * 4 * h
 
     def _logit_bytes(self, positions: float, real: float, cb: int, grad: bool) -> float:
-        """The logits of every computed position in the compute dtype and verl's copy of them
-        divided by the sampling temperature (``prepare_model_outputs``), the real rows'
-        gather (padded), and the log-probability's working copies: flash-attn's fused
+        """The logits of every computed position in the compute dtype (at temperature 1.0
+        verl keeps them undivided, ``trials.actor.scaled_logits``), the real rows' gather
+        (padded), and the log-probability's working copies: flash-attn's fused
         cross-entropy on a GPU, a float32 log-softmax elsewhere; with ``grad``, their
         gradients."""
         v = float(self.arch.vocab_size)
-        logits = 2 * positions * v * cb + (real * v * cb if positions != real else 0.0)
+        logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
         # A float32 log-softmax; a float32 copy of the logits first unless they are float32.
         work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
         return logits + work * (2 if grad else 1)

@@ -149,6 +149,10 @@ class MicroBatchTensors:
     # does (packed: each real position's, (T, 1); padded: each row's, (B, 1, 1)); None: the
     # logits are used as the model gives them.
     temperature: torch.Tensor | None = None
+    # The micro-batch's temperature is the scalar 1.0 (verl's default, a host number in its
+    # micro-batch): verl 0.9.1 then keeps the model's logits rather than dividing them into a
+    # new tensor (``_scale_logits_by_temperature``), though it builds the tensor above.
+    unit_temperature: bool = False
 
     @property
     def padded_tokens(self) -> int:
@@ -220,9 +224,10 @@ def scaled_logits(
     model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's logits as verl's ``prepare_model_outputs`` holds them: divided by the
-    sampling temperature where the micro-batch carries one (a new tensor, at verl's default
-    of 1.0 too), whole (packed ``(T, vocab)``, padded ``(B, L, vocab)``), and the rows of the
-    micro-batch's ``T`` real positions, ``(T, vocab)``, in their order."""
+    sampling temperature into a new tensor where the micro-batch carries one other than the
+    scalar 1.0 (verl 0.9.1's ``_scale_logits_by_temperature``), whole (packed
+    ``(T, vocab)``, padded ``(B, L, vocab)``), and the rows of the micro-batch's ``T`` real
+    positions, ``(T, vocab)``, in their order."""
     with _autocast(mb.input_ids.device, autocast):
         out = model(
             input_ids=mb.input_ids,
@@ -233,7 +238,7 @@ def scaled_logits(
     logits = out.logits
     if mb.attention_mask is None:
         logits = logits.squeeze(0)
-    if mb.temperature is not None:
+    if mb.temperature is not None and not mb.unit_temperature:
         logits = logits / mb.temperature.clamp(min=1e-8).to(logits.dtype)
     if mb.attention_mask is None:
         return logits, logits

@@ -126,8 +126,9 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
     offsets = nested_ids.offsets()
     # verl's per-sequence sampling temperature (``prepare_model_inputs``): a host list copied
     # to the device; on the packed path spread over the row (``expand_as_nested``, a
-    # ``repeat_interleave`` whose output size the host waits for). The logits are divided by
-    # it (``trials.actor.scaled_logits``); at 1.0, verl's default, their values stay.
+    # ``repeat_interleave`` whose output size the host waits for). The trials' rollout samples
+    # at verl's default, the scalar 1.0, at which verl 0.9.1 leaves the logits undivided
+    # (``unit_temperature``; ``trials.actor.scaled_logits``).
     temperature = torch.tensor([1.0] * staged.td.batch_size[0], device=device).to(torch.float32)
     if layout == PADDED:
         sequences = staged.td.batch_size[0]
@@ -166,6 +167,7 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
         response_index=response_index,
         longest_response=staged.longest_response,
         temperature=scale,
+        unit_temperature=True,
     )
 
 

@@ -117,9 +117,10 @@ def test_verls_loss_on_padded_rows_is_the_packed_rows_loss(tiny_config) -> None:
 
 
 @pytest.mark.parametrize("layout", [actor.PACKED, actor.PADDED])
-def test_the_logits_are_divided_by_verls_temperature(tiny_config, layout: str) -> None:
-    """verl divides the logits by the sampling temperature on either path (a new tensor at
-    its default of 1.0): each real position's (packed) or each row's (padded)."""
+def test_the_logits_are_divided_by_verls_temperature_unless_it_is_one(tiny_config, layout: str) -> None:
+    """verl builds the sampling temperature on either path, each real position's (packed) or
+    each row's (padded), and divides the logits by it into a new tensor unless it is the
+    scalar 1.0, its default, at which the model's logits are used as they are."""
     model, sequences, responses = _model_and_batch(tiny_config, 4)
     indices = (0, 2, 5)
     moved = worker_batch.to_device(
@@ -130,11 +131,18 @@ def test_the_logits_are_divided_by_verls_temperature(tiny_config, layout: str) -
         moved.temperature, torch.ones_like(moved.temperature)
     )
     assert moved.temperature.shape == ((tokens, 1) if layout == actor.PACKED else (len(indices), 1, 1))
+    assert moved.unit_temperature
+    seen: list[torch.Tensor] = []
+    model.lm_head.register_forward_hook(lambda module, args, out: seen.append(out))
     with torch.no_grad():
         plain = actor.logits_rows(model, actor.micro_batch(sequences, responses, indices, CPU, layout), None)
-        torch.testing.assert_close(actor.logits_rows(model, moved, None), plain)
-        moved.temperature = moved.temperature * 2.0
-        torch.testing.assert_close(actor.logits_rows(model, moved, None), plain / 2.0)
+        whole, rows = actor.scaled_logits(model, moved, None)
+        torch.testing.assert_close(rows, plain)
+        assert whole.untyped_storage().data_ptr() == seen[-1].untyped_storage().data_ptr()  # no copy
+        moved.temperature, moved.unit_temperature = moved.temperature * 2.0, False
+        whole, rows = actor.scaled_logits(model, moved, None)
+        torch.testing.assert_close(rows, plain / 2.0)
+        assert whole.untyped_storage().data_ptr() != seen[-1].untyped_storage().data_ptr()
 
 
 def test_padded_rows_entropy_is_taken_over_every_position_and_kept_for_the_real_ones(tiny_config) -> None:
