@@ -6,16 +6,21 @@ import dataclasses
 import json
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from autotuner.spec import load_job_spec
 from trials import run_trial
+from trials.batching import update_plan
 from trials.errors import InvalidTrialSpec
-from trials.lengths import balanced_partitions, drawn, verl_batch_order, verl_workload
+from trials.lengths import balanced_partitions, drawn, steps_lengths, verl_batch_order, verl_workload
 from trials.types import BatchDraw, TrialSpec
 
 from .trial_helpers import make_spec
 from .verl_helpers import verl_python
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _batch(**changes) -> BatchDraw:
@@ -134,3 +139,31 @@ def test_the_ranks_partitions_are_verls_own() -> None:
     assert [balanced_partitions(v, k) for v, k in cases] == json.loads(out.stdout)
     with pytest.raises(InvalidTrialSpec, match="10 sequences do not split into 4"):
         balanced_partitions(list(range(10)), 4)
+
+
+def test_verls_order_cuts_dynamic_mini_batches_as_verls_traced_steps_did() -> None:
+    # verl's traced update of the Qwen2.5-1.5B job at 32 prompts x 8 (dynamic batches of
+    # 16,384 tokens, mini-batches of 64): each step's micro-batches per mini-batch, against
+    # the trial's cut of the same step's lengths in verl's order and in the prompts'.
+    data = json.loads((REPO / "benchmarks/results/verl-qwen2.5-1.5b-h200x4-layouts.json").read_text())
+    (verl,) = [r for r in data["run"]["runs"] if r["config"] == "dyn16384" and r["kind"] == "verl"]
+    updates = [
+        t["micro_batches"]
+        for t in verl["trace"]
+        if t["call"] == "forward_backward_batch" and not t["forward_only"]
+    ]
+    w = data["run"]["workload"]
+    seed = load_job_spec(REPO / data["run"]["job"]).seed
+    caps = w["max_prompt_length"], w["max_response_length"]
+    draw = BatchDraw(w["prompt_length"], w["response_length"], *caps, 32, 8, seed, 256, 256)
+    prompts, responses = steps_lengths(draw, 4)
+    for step in range(4):
+        p = [prompts[step * 32 + i // 8] for i in range(256)]
+        r = [x for group in responses[step * 32 : (step + 1) * 32] for x in group]
+        cuts = {}
+        for name, order in (("verl", verl_batch_order(p, r)), ("prompts", list(range(256)))):
+            plan = update_plan([p[i] + r[i] for i in order], 64, 1, True, 16384)
+            ends = [k for k, mb in enumerate(plan) if mb.ends_mini_batch]
+            cuts[name] = [b - a for a, b in zip([-1, *ends[:-1]], ends, strict=True)]
+        assert cuts["verl"] == updates[4 * step : 4 * step + 4] == [3, 3, 5, 5]
+        assert cuts["prompts"] == [4, 4, 4, 4]
