@@ -531,8 +531,9 @@ class MemoryModel:
                 return None
             heaviest = order.largest_run(count, sets)
             groups = min(count, max(1, math.ceil(heaviest / budget)))
-            # Balanced longest-first: every group within one short sequence of the mean, and
-            # within the budget (verl adds a group until each fits).
+            # Balanced (verl's largest differencing over its workload): every group within
+            # about one short sequence of the mean, and within the budget (verl adds a group
+            # until each fits).
             shortest = order.shortest_in_largest_run(count, sets)
             real = min(heaviest, heaviest / groups + shortest, budget)
             rows = math.ceil(count / groups)

@@ -35,12 +35,12 @@ verl v0.9's trainer hands them to its actor's ranks (``verl_batch_order``):
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from typing import Any
 
 import numpy as np
 
+from trials.batching import balanced_partitions, verl_workload
 from trials.errors import InvalidTrialSpec
 from trials.types import BatchDraw, TrialSpec
 
@@ -80,66 +80,6 @@ def step_lengths(b: BatchDraw) -> tuple[list[int], list[int]]:
 
 
 TRAIN_ORDERS = ("verl", "prompts")
-
-
-def verl_workload(length: int) -> int:
-    """verl's estimate of a sequence's compute, which ``_balance_batch`` balances
-    (``verl.utils.seqlen_balancing.calculate_workload``)."""
-    return 24576 * length + length * length
-
-
-@dataclasses.dataclass
-class _Part:
-    """One partition of a differencing state: its total and its ``(index, value)`` items."""
-
-    total: int = 0
-    items: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-
-    def key(self) -> tuple[int, int, list[tuple[int, int]]]:
-        return self.total, len(self.items), self.items
-
-
-class _State:
-    """``k`` partitions, heaviest first; the heap pops the state of largest spread first,
-    then the one whose heaviest partition is heaviest (as verl's ``karmarkar_karp``)."""
-
-    def __init__(self, parts: list[_Part]) -> None:
-        self.parts = sorted(parts, key=_Part.key, reverse=True)
-
-    @property
-    def spread(self) -> int:
-        return self.parts[0].total - self.parts[-1].total
-
-    def __lt__(self, other: _State) -> bool:
-        if self.spread != other.spread:
-            return self.spread > other.spread
-        return self.parts[0].key() > other.parts[0].key()
-
-    def merge(self, other: _State) -> None:
-        k = len(self.parts)
-        for i, part in enumerate(self.parts):
-            for idx, value in other.parts[k - 1 - i].items:
-                part.items.append((idx, value))
-                part.total += value
-        self.parts = sorted(self.parts, key=_Part.key, reverse=True)
-
-
-def balanced_partitions(values: list[int], k: int) -> list[list[int]]:
-    """``k`` partitions of ``range(len(values))`` of equal size, balanced by ``values``
-    with the largest-differencing method, each partition's indices ascending, as verl's
-    ``get_seqlen_balanced_partitions(values, k, equal_size=True)`` returns them."""
-    if k < 1 or len(values) % k:
-        raise InvalidTrialSpec(f"{len(values)} sequences do not split into {k} equal partitions")
-    ranked = sorted((value, i) for i, value in enumerate(values))
-    heap: list[_State] = []
-    for start in range(0, len(ranked), k):
-        chunk = ranked[start : start + k]
-        heapq.heappush(heap, _State([_Part(v, [(i, v)]) for v, i in chunk]))
-    while len(heap) > 1:
-        first, second = heapq.heappop(heap), heapq.heappop(heap)
-        first.merge(second)
-        heapq.heappush(heap, first)
-    return [sorted(idx for idx, _ in part.items) for part in heap[0].parts]
 
 
 def verl_batch_order(prompts: list[int], responses: list[int], ranks: int = 1) -> list[int]:

@@ -1,9 +1,22 @@
 from __future__ import annotations
 
+import json
+import random
+import subprocess
+
 import pytest
 
-from trials.batching import evenly_spaced, fixed_size, log_prob_plan, token_budget, update_plan
+from trials.batching import (
+    balanced_partitions,
+    evenly_spaced,
+    fixed_size,
+    log_prob_plan,
+    token_budget,
+    update_plan,
+)
 from trials.errors import ConfigRejected
+
+from .verl_helpers import verl_python
 
 
 def test_fixed_size_groups_consecutive_sequences():
@@ -56,3 +69,45 @@ def test_evenly_spaced_includes_both_ends():
     assert evenly_spaced(10, 4) == [0, 3, 6, 9]
     assert evenly_spaced(3, 8) == [0, 1, 2]
     assert evenly_spaced(5, 1) == [0]
+
+
+_VERL_CUT = """
+import json, sys
+import torch
+from tensordict import TensorDict
+from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions, rearrange_micro_batches
+cases = json.loads(sys.stdin.read())
+out = []
+for lengths, budget, k in cases:
+    rows = [torch.zeros(n, dtype=torch.long) for n in lengths]
+    ids = torch.nested.as_nested_tensor(rows, layout=torch.jagged)
+    _, cut = rearrange_micro_batches(TensorDict({"input_ids": ids}, batch_size=[len(lengths)]), budget)
+    loose = get_seqlen_balanced_partitions(lengths, k, equal_size=False)
+    out.append([[list(map(int, g)) for g in cut], loose])
+print(json.dumps(out))
+"""
+
+
+def test_dynamic_micro_batches_and_loose_partitions_are_verls_own() -> None:
+    # verl 0.9.1's rearrange_micro_batches (one rank) and its partitions of unequal sizes, in
+    # verl's environment, against the trial's on the same lengths: long-tailed, with ties.
+    rng = random.Random(7)
+    cases = []
+    for _ in range(40):
+        lengths = [
+            rng.choice([rng.randint(1, 3000), rng.randint(1, 40), 500]) for _ in range(rng.randint(2, 90))
+        ]
+        budget = max(lengths) + rng.choice([0, 10, 2000, 9000])
+        cases.append((lengths, budget, rng.randint(1, len(lengths))))
+    out = subprocess.run(
+        [verl_python(), "-c", _VERL_CUT], input=json.dumps(cases), capture_output=True, text=True, check=True
+    )
+    for (lengths, budget, k), (cut, loose) in zip(cases, json.loads(out.stdout), strict=True):
+        assert token_budget(list(range(len(lengths))), lengths, budget, "knob") == cut
+        assert balanced_partitions(lengths, k, equal_size=False) == loose
+    # A mini-batch's sequences are cut as the same lengths alone, and named by their indices.
+    lengths, budget = cases[0][0], cases[0][1]
+    mini = list(range(100, 100 + len(lengths)))
+    padded = [1] * 100 + lengths
+    cut = json.loads(out.stdout)[0][0]
+    assert token_budget(mini, padded, budget, "knob") == [[100 + j for j in g] for g in cut]
