@@ -293,7 +293,6 @@ class MemoryModel:
         self.k = physics or Physics()
         self.corrections: dict[str, Correction] = {}
         self._cache: dict[str, tuple[TrialSpec, MemoryPrediction]] = {}
-        self._lengths: StepLengths | None = None
         self._order: VerlOrder | PromptOrder | None = None
         self._batch = dataclasses.replace(batch_draw(spec), train_order=train_order)
 
@@ -345,9 +344,7 @@ class MemoryModel:
     @property
     def lengths(self) -> StepLengths:
         """The job's sequence-length statistics (computed once)."""
-        if self._lengths is None:
-            self._lengths = self.order.whole
-        return self._lengths
+        return self.order.whole
 
     @property
     def order(self) -> VerlOrder | PromptOrder:
