@@ -506,6 +506,18 @@ _TABLE: list[Knob] = [
         applies=_entropy_in_update,
     ),
     Knob(
+        A + "fsdp_config.use_torch_compile",
+        "bool",
+        "train",
+        "Compute the logits' entropy through torch.compile on packed rows (verl's default: "
+        "no vocabulary-wide temporary beside the logits in the log-prob forward).",
+        ("train", "use_torch_compile"),
+        _bools,
+        True,
+        searched_by_default=False,
+        recorded_before=False,  # every trial computed the entropy eagerly until 2026-11-27
+    ),
+    Knob(
         A + "fsdp_config.optimizer_offload",
         "bool",
         "train",

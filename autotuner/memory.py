@@ -17,7 +17,8 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   micro-batch the job's length distributions lead to, from their statistics,
   ``autotuner.lengthstats``: the service holds no list per request): the old-log-prob forward (params +
   resident optimizer state + one micro-batch's forward activations, logits and their
-  entropy), the reference forward, and the update (params + fp32 grads + AdamW state +
+  entropy's temporaries, none where it goes through torch.compile as on packed rows on a
+  GPU), the reference forward, and the update (params + fp32 grads + AdamW state +
   the saved activations of every layer, or only their inputs under gradient
   checkpointing, + the logits and their gradients). A micro-batch computes what its
   layout computes (``trials.actor``): packed, its real tokens ``T``; padded, rows x its
@@ -72,6 +73,9 @@ from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import batch_draw, build_trial_spec
 from trials.types import TrialSpec
+
+# verl's entropy_from_logits_chunk_size default (rows a chunk; ``trials.actor``'s).
+ENTROPY_CHUNK_ROWS = 2048
 
 GIB = float(1 << 30)
 PHASES = ("startup", "train_probe", "rollout", "train", "wake")
@@ -493,10 +497,11 @@ class MemoryModel:
         ref = cb * self.arch.num_parameters / max(trial.n_gpus, 1) / GIB if t.use_ref else 0.0
         cuda = self.device == "cuda"
         ref_resident = 0.0 if cuda else ref
-        fwd = self._forward_bytes(shapes["old_log_prob"], cb, True)
+        old = shapes["old_log_prob"]
+        fwd = self._forward_bytes(old, cb, self._entropy_bytes(trial, old.positions, cb))
         out = {"old_log_prob": params + resident_opt + ref_resident + layer_copy + slack * fwd / GIB}
         if t.use_ref:
-            ref_fwd = self._forward_bytes(shapes["ref_log_prob"], cb, False)
+            ref_fwd = self._forward_bytes(shapes["ref_log_prob"], cb)
             actor_params = 0.0 if t.param_offload else params
             streamed = self._unit_bytes(4) / GIB if cuda else 0.0  # the float32 units copied in
             out["ref_log_prob"] = (
@@ -579,18 +584,29 @@ class MemoryModel:
         work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
         return logits + work * (2 if grad else 1)
 
-    def _forward_bytes(self, shape: Shape, cb: int, entropy: bool) -> float:
-        """A forward without grad: one layer's transient, the attention mask, the logits
-        (with the old-log-prob forward's entropy: two more positions-by-vocab temporaries,
-        over every computed position as verl takes it)."""
+    def _entropy_bytes(self, trial: TrialSpec, positions: float, cb: int) -> float:
+        """The old-log-prob forward's entropy temporaries beside the logits, as the trial's
+        kernel holds them (``trials.actor.EntropyKernel``): none through torch.compile (packed
+        rows on a GPU, unchunked, ``use_torch_compile``: the softmax fused into its
+        reductions); chunked on packed rows, float32 copies of one chunk of rows (the chunk,
+        its softmax, their product); else eager over every computed position, a softmax and
+        its product with the logits in the compute dtype."""
+        t = trial.train
+        v = float(self.arch.vocab_size)
+        if t.use_remove_padding and t.entropy_from_logits_with_chunking:
+            return 3 * min(positions, ENTROPY_CHUNK_ROWS) * v * 4
+        if t.use_remove_padding and t.use_torch_compile and self.device == "cuda":
+            return 0.0
+        return 2 * positions * v * cb
+
+    def _forward_bytes(self, shape: Shape, cb: int, entropy: float = 0.0) -> float:
+        """A forward without grad: one layer's transient, the attention mask, the logits and
+        ``entropy``, the bytes of the entropy's temporaries (``_entropy_bytes``)."""
         positions, real, mask = shape
         a = self.arch
         inter = int(a.config["intermediate_size"])
         layer = positions * (cb * (3 * inter + 4 * a.hidden_size))
-        logits = self._logit_bytes(positions, real, cb, grad=False)
-        if entropy:
-            logits += 2 * positions * float(a.vocab_size) * cb
-        return layer + mask + logits
+        return layer + mask + self._logit_bytes(positions, real, cb, grad=False) + entropy
 
     def _update_bytes(self, shape: Shape, cb: int, checkpointing: bool) -> float:
         """A forward + backward: saved activations (all layers', or their inputs plus one

@@ -22,8 +22,10 @@ Either way the log-probability of each position's next token is computed over al
 rows (verl rolls the packed ids by one), with flash-attn's Triton cross-entropy where
 verl would use it (flash-attn importable on a GPU), else a float32 log-softmax; the
 response positions are kept for the loss. The old-log-prob forward also computes the
-entropy of every row (verl's ``calculate_entropy=True`` there), chunked with
-``entropy_from_logits_with_chunking``.
+entropy of every row (verl's ``calculate_entropy=True`` there) the way verl's engine does
+(``EntropyKernel``): on packed rows through ``torch.compile`` (its
+``use_torch_compile``), chunked with ``entropy_from_logits_with_chunking``; on padded rows
+eagerly over every position.
 """
 
 from __future__ import annotations
@@ -250,14 +252,66 @@ def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.d
     return scaled_logits(model, mb, autocast)[1]
 
 
-def _entropy(whole: torch.Tensor, rows: torch.Tensor, mb: MicroBatchTensors, chunked: bool) -> torch.Tensor:
+@dataclass(frozen=True)
+class EntropyKernel:
+    """How verl 0.9.1's FSDP engine computes the entropy of a pass's logits
+    (``workers/engine/fsdp/transformer_impl.py``). On packed rows it calls
+    ``entropy_from_logits`` (``chunked``: ``entropy_from_logits_with_chunking``) through
+    ``torch.compile(..., dynamic=True)`` where the engine's ``use_torch_compile`` is on (its
+    default): ``compiled``, which fuses the softmax into its reductions, so no
+    positions-by-vocab temporary is held beside the logits. On padded rows it calls the
+    eager, unchunked ``entropy_from_logits`` over every position whatever the two settings
+    say.
+
+    The trial compiles where verl's compile pays on a GPU: unchunked rows. The chunked
+    function loops over the rows in Python, so torch.compile specialises it on each
+    micro-batch's row count and, past its recompile limit, runs it eagerly: the trial runs
+    it eagerly. A CPU trial runs it eagerly too (the same values; compiling there takes
+    longer than the trials of the tests do)."""
+
+    chunked: bool = False
+    compiled: bool = False
+
+    @classmethod
+    def for_config(
+        cls, device_type: str, use_torch_compile: bool, chunked: bool, packed: bool = True
+    ) -> EntropyKernel:
+        """The kernel of a config's passes: compiled only for packed rows (``packed``)."""
+        compiled = use_torch_compile and packed and not chunked and device_type == "cuda"
+        return cls(chunked=chunked, compiled=compiled)
+
+    def rows(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each packed row's entropy, ``(T,)``."""
+        if self.compiled:
+            return compiled_entropy()(logits)
+        return entropy_rows(logits, self.chunked)
+
+    def positions(self, logits: torch.Tensor) -> torch.Tensor:
+        """Each position's entropy over padded rows ``(B, L, vocab)``, ``(B, L)``: eager,
+        unchunked."""
+        return entropy_rows(logits.reshape(-1, logits.shape[-1]), chunked=False).view(logits.shape[:-1])
+
+
+def _entropy_unchunked(logits: torch.Tensor) -> torch.Tensor:
+    return entropy_rows(logits, chunked=False)
+
+
+@functools.cache
+def compiled_entropy() -> Any:
+    """``entropy_rows`` unchunked through ``torch.compile(dynamic=True)``, as verl's engine
+    compiles ``entropy_from_logits`` once per process; one compilation serves every row count."""
+    return torch.compile(_entropy_unchunked, dynamic=True)
+
+
+def _entropy(
+    whole: torch.Tensor, rows: torch.Tensor, mb: MicroBatchTensors, kernel: EntropyKernel
+) -> torch.Tensor:
     """Each real position's entropy, ``(T,)``, computed as verl computes it: on packed rows
     over the rows; on padded rows over every position, padding included, then the real ones
     kept."""
     if mb.attention_mask is None:
-        return entropy_rows(rows, chunked)
-    every = entropy_rows(whole.reshape(-1, whole.shape[-1]), chunked).view(whole.shape[:-1])
-    return every[mb.attention_mask.bool()]
+        return kernel.rows(rows)
+    return kernel.positions(whole)[mb.attention_mask.bool()]
 
 
 def token_log_probs(
@@ -292,16 +346,15 @@ def response_log_probs(
     model: torch.nn.Module,
     mb: MicroBatchTensors,
     autocast: torch.dtype | None,
-    entropy: bool | None = None,
+    entropy: EntropyKernel | None = None,
 ) -> torch.Tensor:
     """Log-probabilities (float32, ``(T,)``) of each position's next token under ``model``;
     the loss keeps the response positions (``mb.response_mask``). ``entropy``: also compute
-    every row's entropy as the old-log-prob forward does (False: whole rows at once; True:
-    chunked)."""
+    every row's entropy as the old-log-prob forward does, with that kernel."""
     whole, logits = scaled_logits(model, mb, autocast)
     if entropy is not None:
         with torch.no_grad():
-            _entropy(whole, logits, mb, chunked=entropy)
+            _entropy(whole, logits, mb, entropy)
     return token_log_probs(logits, mb.labels, inplace_backward=torch.is_grad_enabled())
 
 
@@ -309,20 +362,20 @@ def log_probs_and_entropy(
     model: torch.nn.Module,
     mb: MicroBatchTensors,
     autocast: torch.dtype | None,
-    chunked: bool,
+    kernel: EntropyKernel,
     checkpointed: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The update's log-probabilities and per-row entropy with gradients (verl computes
-    entropy in the update when ``entropy_coeff`` is set); ``checkpointed``: the entropy is
-    recomputed in the backward instead of keeping its intermediates
+    entropy in the update when ``entropy_coeff`` is set), with ``kernel``; ``checkpointed``:
+    the entropy is recomputed in the backward instead of keeping its intermediates
     (``entropy_checkpointing``)."""
     whole, logits = scaled_logits(model, mb, autocast)
     if checkpointed:
         from torch.utils.checkpoint import checkpoint
 
-        entropy = checkpoint(_entropy, whole, logits, mb, chunked, use_reentrant=False)
+        entropy = checkpoint(_entropy, whole, logits, mb, kernel, use_reentrant=False)
     else:
-        entropy = _entropy(whole, logits, mb, chunked)
+        entropy = _entropy(whole, logits, mb, kernel)
     return token_log_probs(logits, mb.labels, inplace_backward=False), entropy
 
 

@@ -356,7 +356,7 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     with in_phase("old_log_prob"):
         state.model.eval()
         state.load_params()
-        _forward(setup, state.model, _largest(setup, plans["old_log_prob"]), _entropy(spec))
+        _forward(setup, state.model, _largest(setup, plans["old_log_prob"]), _entropy(setup))
         _reshard(state.model)
         state.offload_params()
     if state.ref is not None:
@@ -379,10 +379,15 @@ def probe_train(spec: TrialSpec, dtype: str, state: ActorState) -> float:
     return seconds
 
 
-def _entropy(spec: TrialSpec) -> bool:
-    """The old-log-prob forward computes every row's entropy (verl's
-    ``calculate_entropy=True`` there); chunked with ``entropy_from_logits_with_chunking``."""
-    return spec.train.entropy_from_logits_with_chunking
+def _entropy(setup: _Setup) -> actor.EntropyKernel:
+    """How the old-log-prob forward computes every row's entropy (verl's
+    ``calculate_entropy=True`` there) and the update its entropy term: as verl's engine does
+    with the actor's ``use_torch_compile`` and ``entropy_from_logits_with_chunking``
+    (``actor.EntropyKernel``)."""
+    t = setup.spec.train
+    return actor.EntropyKernel.for_config(
+        setup.device.type, t.use_torch_compile, t.entropy_from_logits_with_chunking, t.use_remove_padding
+    )
 
 
 def _reshard(model: torch.nn.Module) -> None:
@@ -429,6 +434,9 @@ def run_train(
     # Every micro-batch is verl's TensorDict, moved whole, its layout made on the device
     # (``trials.worker_batch``; before 2026-11-27 a padded micro-batch was not: 0).
     metrics["train_micro_batch_tensordict"] = 1.0
+    # The entropy through torch.compile, as verl's engine computes it on packed rows
+    # (``actor.EntropyKernel``; every trial's was eager until 2026-11-27: 0).
+    metrics["train_entropy_compiled"] = float(_entropy(setup).compiled)
     metrics["train_tokens"] = float(sum(lengths))
     metrics.update(state.metrics())
     trials_plans = synced_plans(spec, state)
@@ -445,7 +453,7 @@ def run_train(
         _reset_allocated_peak(setup)
         clock = _MicroBatchClock(setup.device)
         with setup.staging(plans["old_log_prob"], "old_log_prob"), _collector("old_log_prob", metrics):
-            seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(spec), clock)
+            seconds = _forward_phase(setup, state.model, plans["old_log_prob"], _entropy(setup), clock)
         _record_allocated_peak("old_log_prob", setup, metrics)
         metrics.update(clock.summary("old_log_prob"))
         reload_s += state.offload_params()
@@ -599,7 +607,9 @@ def _largest(setup: _Setup, plan: list[MicroBatch]) -> MicroBatch:
     return max(plan, key=positions)
 
 
-def _forward(setup: _Setup, model: torch.nn.Module, mb: MicroBatch, entropy: bool | None) -> None:
+def _forward(
+    setup: _Setup, model: torch.nn.Module, mb: MicroBatch, entropy: actor.EntropyKernel | None
+) -> None:
     with torch.no_grad():
         actor.response_log_probs(model, setup.tensors(mb), setup.autocast, entropy)
         # verl's forward-only micro-batch ends reading its placeholder loss to the host.
@@ -610,7 +620,7 @@ def _forward_phase(
     setup: _Setup,
     model: torch.nn.Module,
     plan: list[MicroBatch],
-    entropy: bool | None = None,
+    entropy: actor.EntropyKernel | None = None,
     clock: _MicroBatchClock | None = None,
 ) -> float:
     """Seconds of one forward pass over the whole plan (after the largest once, untimed).
@@ -663,7 +673,7 @@ def _forward_backward(
         entropy = None
         if t.entropy_coeff:
             log_probs, entropy = actor.log_probs_and_entropy(
-                model, tensors, setup.autocast, t.entropy_from_logits_with_chunking, t.entropy_checkpointing
+                model, tensors, setup.autocast, _entropy(setup), t.entropy_checkpointing
             )
         else:
             log_probs = actor.response_log_probs(model, tensors, setup.autocast)

@@ -100,6 +100,9 @@ class TrainKnobs:
     ref_param_offload: bool = False
     # The old-log-prob forward's entropy computed in chunks of rows (less memory).
     entropy_from_logits_with_chunking: bool = False
+    # actor.fsdp_config.use_torch_compile: the entropy through torch.compile on packed rows
+    # (verl's default; ``trials.actor.EntropyKernel``).
+    use_torch_compile: bool = True
     # The update's entropy term (workload's actor.entropy_coeff; 0: verl computes none) and
     # whether its computation is recomputed in the backward (entropy_checkpointing).
     entropy_coeff: float = 0.0

@@ -55,6 +55,7 @@ from benchmarks.claims.jobs import (
 from benchmarks.claims.layout_verl import (
     layout_verl,
     layout_verl_hosts,
+    layout_verl_log_prob_peaks,
     layout_verl_steps,
     layout_verl_update,
     probe_ratios,
@@ -123,6 +124,10 @@ MARK = re.compile(r"(<!-- claims:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- /cla
 LAYOUTS = "results/verl-qwen2.5-1.5b-h200x4-layouts.json"
 # The trials again in verl's batch order, three rounds each, beside LAYOUTS' verl runs.
 LAYOUTS_ORDER = "results/verl-qwen2.5-1.5b-h200x4-layouts-order.json"
+# The trials again with the logits kept at temperature 1.0 and the entropy compiled.
+LAYOUTS_COMPILED = "results/verl-qwen2.5-1.5b-h200x4-layouts-compiled.json"
+# Between the two: the logits kept at temperature 1.0, the entropy still eager (a part run).
+LAYOUTS_UNIT_TEMPERATURE = "results/verl-qwen2.5-1.5b-h200x4-layouts-unit-temperature.json"
 
 CLAIMS: list[Claim] = [
     # benchmarks/README.md
@@ -132,6 +137,20 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("layout-verl-compiled", layout_verl(LAYOUTS_COMPILED, probe=probe_ratios())),
+    Claim("layout-verl-compiled-steps", layout_verl_steps(LAYOUTS_COMPILED)),
+    Claim(
+        "layout-verl-compiled-log-probs",
+        layout_verl_log_prob_peaks(
+            [
+                ("eager", LAYOUTS_ORDER),
+                ("logits kept", LAYOUTS_UNIT_TEMPERATURE),
+                ("compiled", LAYOUTS_COMPILED),
+            ],
+            LAYOUTS_COMPILED,
+        ),
+    ),
+    Claim("layout-verl-compiled-hosts", layout_verl_hosts(LAYOUTS_COMPILED)),
     Claim("layout-verl-order", layout_verl(LAYOUTS_ORDER, probe=probe_ratios())),
     Claim("layout-verl-order-steps", layout_verl_steps(LAYOUTS_ORDER)),
     Claim("layout-verl-order-update", layout_verl_update(LAYOUTS_ORDER)),

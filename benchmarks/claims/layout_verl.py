@@ -301,10 +301,59 @@ def layout_verl_hosts(rel: str) -> Callable[[], list[Line]]:
         configs = {r["gpus"]: r["config"] for r in run["runs"]}
         parts = []
         for gpu, speed in sorted(doc["host_speed"].items()):
-            before, after = (speed[w]["median_us_per_op"] for w in ("before", "after"))
-            gpu_op = f"{before['torch_cuda']:.1f} / {after['torch_cuda']:.1f} us a GPU op"
-            cpu_op = f"{before['torch_cpu']:.1f} / {after['torch_cpu']:.1f} us a CPU op"
+            read = {w: speed[w]["median_us_per_op"] for w in ("before", "after") if w in speed}
+
+            def op(kind: str, read: dict[str, dict[str, float]] = read) -> str:
+                return " / ".join(
+                    f"{read[w][kind]:.1f}" if w in read else "not read" for w in ("before", "after")
+                )
+
+            gpu_op, cpu_op = f"{op('torch_cuda')} us a GPU op", f"{op('torch_cpu')} us a CPU op"
             parts.append(f"{configs.get(gpu, '-')} (GPU {gpu}) {gpu_op}, {cpu_op}")
         return [Line("Each lane's host, before / after its runs: " + "; ".join(parts) + ".", (rel,))]
+
+    return build
+
+
+def _verl_pass_bound(run: dict[str, Any], role: str) -> float | None:
+    """The most verl's process had allocated at the end of its first forward-only pass of
+    ``role`` (its trace's ``max_allocated_gib``: the process's peak since it started, never
+    reset in verl's step, so an upper bound on that pass's own peak)."""
+    for record in run.get("trace") or []:
+        if record["role"] == role and record.get("forward_only"):
+            return float(record["max_allocated_gib"])
+    return None
+
+
+def layout_verl_log_prob_peaks(stages: list[tuple[str, str]], verl: str) -> Callable[[], list[Line]]:
+    """The log-prob passes' peak allocated memory of each config, the trials of each of
+    ``stages`` (``(label, verl_compare file)`` of the same configs, in order; medians of their
+    runs' ``<pass>_max_allocated_gib``) beside verl's bound on the same pass
+    (``_verl_pass_bound``, from ``verl``'s traced verl runs)."""
+
+    def build() -> list[Line]:
+        run = load(verl).get("run", load(verl))
+        header = ["config"]
+        for name in ("old-log-prob", "ref"):
+            header += [f"{name} peak GiB, trial: {label}" for label, _ in stages] + ["verl: at most"]
+        trials_of = {rel: {c: t for c, t, _ in _per_config(rel, lambda r: [])} for _, rel in stages}
+        rows = []
+        for config in run["configs"]:
+            verls = [r for r in run["runs"] if r["config"] == config and r["kind"] == "verl"]
+            cells = [config]
+            for name, role in (("old_log_prob", "actor"), ("ref_log_prob", "ref")):
+                key = f"{name}_max_allocated_gib"
+                for _, rel in stages:
+                    values = [
+                        r["metrics"][key] for r in trials_of[rel].get(config, []) if key in r["metrics"]
+                    ]
+                    cells.append(f"{statistics.median(values):.1f} (n={len(values)})" if values else "-")
+                bounds = [b for b in (_verl_pass_bound(r, role) for r in verls) if b is not None]
+                cells.append(f"{max(bounds):.1f}" if bounds else "-")
+            rows.append(
+                (cells, tuple(f"{rel}#{config}" for rel in dict.fromkeys([*(r for _, r in stages), verl])))
+            )
+        sources = list(dict.fromkeys([*(rel for _, rel in stages), verl]))
+        return [*table(header, rows), Line(""), generated_from(*sources)]
 
     return build

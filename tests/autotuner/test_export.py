@@ -58,6 +58,7 @@ VERL_V090_YAML_KEYS = {
     A + "fsdp_config.fsdp_size",
     A + "fsdp_config.reshard_after_forward",
     A + "fsdp_config.model_dtype",
+    A + "fsdp_config.use_torch_compile",
     REF + "log_prob_micro_batch_size_per_gpu",
     REF + "log_prob_use_dynamic_bsz",
     REF + "log_prob_max_token_len_per_gpu",

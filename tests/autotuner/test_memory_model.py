@@ -186,6 +186,38 @@ def test_every_phase_grows_with_a_memory_knob_the_rest_fixed(h200, knob) -> None
     assert checked >= 5
 
 
+def test_the_compiled_entropy_holds_no_vocabulary_wide_temporary_on_packed_rows(h200) -> None:
+    """verl's engine computes the old-log-prob forward's entropy through torch.compile on
+    packed rows (``use_torch_compile``, its default), fused into its reductions: that forward
+    holds the logits alone. Eager (compile off, or padded rows) adds a softmax and its
+    product with the logits, two positions-by-vocab tensors in the compute dtype."""
+    spec, arch, trials = h200
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    base = dict(next(t for t in trials if t.baseline == "verl-v0.9-defaults").config)
+    compile_ = A + "fsdp_config.use_torch_compile"
+    packed = base | {"actor_rollout_ref.model.use_remove_padding": True}
+    old = {
+        (pack, on): model.physics_of(
+            base | {"actor_rollout_ref.model.use_remove_padding": pack, compile_: on}
+        ).components["old_log_prob_gib"]
+        for pack in (True, False)
+        for on in (True, False)
+    }
+    shape = model._worst(  # the old-log-prob pass's largest packed micro-batch
+        model._rank_sequences(model.trial_spec(packed)),
+        1,
+        int(base[R + "log_prob_micro_batch_size_per_gpu"]),
+        16384,
+        False,
+        True,
+    )
+    eager = 2 * shape.positions * arch.vocab_size * 2 / 2**30  # bfloat16
+    assert old[True, False] - old[True, True] == pytest.approx(
+        eager * (1 + model.k.allocator_slack), rel=1e-6
+    )
+    assert old[False, True] == old[False, False] > old[True, False]  # padded rows: eager either way
+
+
 def test_on_a_cpu_the_engine_is_checked_beside_the_actor() -> None:
     spec = parse_job_spec(
         {

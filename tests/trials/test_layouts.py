@@ -47,7 +47,7 @@ def test_each_layout_matches_one_sequence_at_a_time(layout: str) -> None:
     indices = tuple(range(len(sequences)))
     mb = actor.micro_batch(sequences, responses, indices, CPU, layout)
     with torch.no_grad():
-        log_probs = actor.response_log_probs(model, mb, None, entropy=False)
+        log_probs = actor.response_log_probs(model, mb, None, entropy=actor.EntropyKernel())
         expected = torch.cat([_alone(model, sequences[i], responses[i]) for i in indices])
     assert mb.real_tokens == sum(len(s) for s in sequences)
     assert log_probs[mb.response_mask.bool()].shape == expected.shape == (sum(responses),)
@@ -77,6 +77,33 @@ def test_chunked_entropy_equals_the_whole_rows() -> None:
     torch.testing.assert_close(chunked.double(), reference, atol=1e-5, rtol=1e-5)
 
 
+def test_verls_compiled_entropy_is_chosen_as_its_engine_chooses_it() -> None:
+    """Compiled where verl's engine compiles and it pays: packed rows, unchunked, on a GPU,
+    with use_torch_compile on (verl's default); eager otherwise."""
+    assert actor.EntropyKernel.for_config("cuda", True, False).compiled
+    assert not actor.EntropyKernel.for_config("cuda", False, False).compiled
+    assert not actor.EntropyKernel.for_config("cuda", True, True).compiled  # recompiles per shape in verl
+    assert not actor.EntropyKernel.for_config("cpu", True, False).compiled
+    assert not actor.EntropyKernel.for_config("cuda", True, False, packed=False).compiled
+
+
+def test_the_compiled_entropy_gives_the_eager_values_at_every_row_count() -> None:
+    """One torch.compile (dynamic shapes) serves micro-batches of any row count, and gives the
+    eager function's values; padded rows take the eager function whatever the kernel."""
+    from torch._dynamo.utils import counters
+
+    compiled = actor.EntropyKernel(compiled=True)
+    graphs = []
+    for rows in (37, 1000, 5):
+        logits = torch.randn(rows, 300)
+        torch.testing.assert_close(compiled.rows(logits), actor.entropy_rows(logits, chunked=False))
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[0] >= 1 and graphs == [graphs[0]] * 3  # compiled once, at the first call
+    padded = torch.randn(3, 11, 300)
+    expected = actor.entropy_rows(padded.reshape(-1, 300), chunked=False).view(3, 11)
+    torch.testing.assert_close(compiled.positions(padded), expected)
+
+
 def test_the_update_with_entropy_checkpointed_has_the_same_gradients() -> None:
     sequences, responses = _batch(seed=3)
     mb = actor.micro_batch(sequences, responses, tuple(range(5)), CPU, actor.PACKED)
@@ -84,7 +111,7 @@ def test_the_update_with_entropy_checkpointed_has_the_same_gradients() -> None:
     for checkpointed in (False, True):
         torch.manual_seed(0)
         model = actor.build_causal_lm(TINY, torch.float32, CPU, False)
-        log_probs, entropy = actor.log_probs_and_entropy(model, mb, None, False, checkpointed)
+        log_probs, entropy = actor.log_probs_and_entropy(model, mb, None, actor.EntropyKernel(), checkpointed)
         (actor.policy_loss(log_probs, mb, torch.ones_like(log_probs)) - 0.01 * entropy.mean()).backward()
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     torch.testing.assert_close(grads[0], grads[1])

@@ -152,7 +152,11 @@ def test_padded_rows_entropy_is_taken_over_every_position_and_kept_for_the_real_
     for layout in (actor.PACKED, actor.PADDED):
         with torch.no_grad():
             _, entropy = actor.log_probs_and_entropy(
-                model, worker_batch.to_device(staged, CPU, layout), None, chunked=True, checkpointed=False
+                model,
+                worker_batch.to_device(staged, CPU, layout),
+                None,
+                actor.EntropyKernel(chunked=True),
+                False,
             )
         entropies.append(entropy)
     assert entropies[0].shape == (staged.real_tokens,)
