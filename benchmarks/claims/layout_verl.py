@@ -176,11 +176,18 @@ def layout_verl(
                 off[config] = 100 * (t / v - 1)
             cells.append(f"{off[config]:+.1f}%" if config in off else "-")
             rows.append((cells, tuple(f"{s}#{config}" if s == rel else s for s in sources)))
+        verdict = _verdict(rates, off, reference, within_pct, rel)
+        elsewhere = doc.get("verl_runs_from")
+        if elsewhere:  # the trials ran on one host, verl on another: a ratio moves with its host
+            verdict = Line(
+                f"{verdict.text} verl's runs are `{elsewhere['file']}`'s, from another host than the trials'.",
+                verdict.sources,
+            )
         return [
             *_measured_on(doc, rel),
             *table(header, rows),
             Line(""),
-            _verdict(rates, off, reference, within_pct, rel),
+            verdict,
             Line(""),
             generated_from(*sources),
         ]
