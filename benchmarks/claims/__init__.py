@@ -143,9 +143,9 @@ CLAIMS: list[Claim] = [
         "layout-verl-compiled-log-probs",
         layout_verl_log_prob_peaks(
             [
-                ("eager", LAYOUTS_ORDER),
-                ("logits kept", LAYOUTS_UNIT_TEMPERATURE),
-                ("compiled", LAYOUTS_COMPILED),
+                ("logits copied, entropy eager", LAYOUTS_ORDER),
+                ("logits kept, entropy eager", LAYOUTS_UNIT_TEMPERATURE),
+                ("logits kept, entropy compiled", LAYOUTS_COMPILED),
             ],
             LAYOUTS_COMPILED,
         ),
