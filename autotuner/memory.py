@@ -288,11 +288,15 @@ class MemoryModel:
         capacity_gib: float | None,
         physics: Physics | None = None,
         train_order: str = "verl",
+        logits_copied: bool = False,
     ) -> None:
         """``train_order``: the order the trials take their train sequences in
         (``trials.types.BatchDraw.train_order``); "prompts" for trials recorded before
-        they took verl's."""
+        they took verl's. ``logits_copied``: the trials divided the logits by the sampling
+        temperature into a new tensor at 1.0 too, as every trial recorded until 2026-11-27
+        did (``_logit_bytes``)."""
         self.spec, self.arch, self.device = spec, arch, device
+        self.logits_copied = logits_copied
         self.capacity_gib = capacity_gib
         self.k = physics or Physics()
         self.corrections: dict[str, Correction] = {}
@@ -575,13 +579,20 @@ class MemoryModel:
     def _logit_bytes(self, positions: float, real: float, cb: int, grad: bool) -> float:
         """The logits of every computed position in the compute dtype (at temperature 1.0
         verl keeps them undivided, ``trials.actor.scaled_logits``), the real rows' gather
-        (padded), and the log-probability's working copies: flash-attn's fused
-        cross-entropy on a GPU, a float32 log-softmax elsewhere; with ``grad``, their
-        gradients."""
+        (padded), and the log-probability's working copies; with ``grad``, their gradients.
+
+        On a GPU flash-attn's fused cross-entropy keeps a float32 number per row and writes
+        its gradient into the logits it was given (``inplace_backward``, as verl calls it):
+        nothing beside the logits. Trials that divided the logits by the temperature
+        (``logits_copied``) held the quotient too and, with ``grad``, the gradient back
+        through the division. On a CPU a float32 log-softmax (after a float32 copy of the
+        logits unless they are float32) and, with ``grad``, its gradient."""
         v = float(self.arch.vocab_size)
         logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
-        # A float32 log-softmax; a float32 copy of the logits first unless they are float32.
-        work = real * v * (cb if self.device == "cuda" else (4 if cb == 4 else cb + 4))
+        if self.device == "cuda":
+            work = real * v * cb if self.logits_copied else 0.0
+        else:
+            work = real * v * (4 if cb == 4 else cb + 4)
         return logits + work * (2 if grad else 1)
 
     def _entropy_bytes(self, trial: TrialSpec, positions: float, cb: int) -> float:

@@ -77,6 +77,9 @@ class Landscape:
     # The order its trials took their train sequences in (``trials.types.BatchDraw``):
     # "prompts" for landscapes recorded before trials took verl's.
     train_order: str = "verl"
+    # Its trials divided the logits by the temperature into a new tensor at 1.0 too, as
+    # every trial recorded until 2026-11-27 did (``autotuner.memory.MemoryModel``).
+    logits_copied: bool = False
 
     # ---------------------------------------------------------------- files
 
@@ -94,6 +97,7 @@ class Landscape:
             "arch": {"name": self.arch.name, "config": self.arch.config},
             "design": self.design,
             "train_order": self.train_order,
+            "logits_copied": self.logits_copied,
             "points": [
                 {"config": p.config, "runs": [dataclasses.asdict(r) for r in p.runs]} for p in self.points
             ],
@@ -121,6 +125,7 @@ class Landscape:
             recorded_at=data.get("recorded_at", ""),
             design=data.get("design") or {},
             train_order=data.get("train_order", "prompts"),
+            logits_copied=data.get("logits_copied", True),
             points=[
                 LandscapePoint(p["config"], [TrialResult.from_dict(r) for r in p["runs"]])
                 for p in data["points"]

@@ -179,10 +179,8 @@ def layout_verl(
         verdict = _verdict(rates, off, reference, within_pct, rel)
         elsewhere = doc.get("verl_runs_from")
         if elsewhere:  # the trials ran on one host, verl on another: a ratio moves with its host
-            verdict = Line(
-                f"{verdict.text} verl's runs are `{elsewhere['file']}`'s, from another host than the trials'.",
-                verdict.sources,
-            )
+            where = f"verl's runs are `{elsewhere['file']}`'s, from another host than the trials'."
+            verdict = Line(f"{verdict.text} {where}", verdict.sources)
         return [
             *_measured_on(doc, rel),
             *table(header, rows),

@@ -147,6 +147,7 @@ def run_strategy(
             landscape.device,
             landscape.memory_cap_gib,
             train_order=landscape.train_order,
+            logits_copied=landscape.logits_copied,
         )
         if ours
         else None

@@ -113,6 +113,11 @@ class Ledger:
                             f"{landscape.train_order!r} order, and trials now take "
                             f"{BatchDraw.train_order!r}: record into a new file"
                         )
+                    if landscape.logits_copied:
+                        raise LandscapeError(
+                            f"{self.out} was recorded by trials that copied the logits at "
+                            "temperature 1.0, and trials now keep them: record into a new file"
+                        )
                     landscape.command = self._new[5]
                 else:
                     landscape = Landscape(*self._new, design=self.design)  # type: ignore[arg-type]

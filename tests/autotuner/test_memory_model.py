@@ -12,8 +12,13 @@
   2026-11-24 (a knob they predate at what they ran with): the shapes of the prediction
   (what grows with what, what is far beyond the GPU).
 
-All of them ran before trials took their train sequences in verl's order, so their models
-take the prompts' order (``MemoryModel(train_order="prompts")``)."""
+All of them ran before trials took their train sequences in verl's order and while they
+divided the logits by the temperature into a new tensor, so their models take the
+prompts' order and the copied logits (``MemoryModel(train_order="prompts",
+logits_copied=True)``), on a GPU.
+- benchmarks/results/verl-qwen2.5-1.5b-h200x4-layouts-compiled.json: the trial as it runs
+  since 2026-11-27 (verl's order, the logits kept, the entropy compiled) on four H200,
+  four layouts of the update: the physics of the current trial."""
 
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from autotuner.memory import MemoryModel, fit, measured_phases
 from autotuner.records import TrialRecord
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
+from benchmarks.gpu.verl_compare import load_job_spec, scaled
 
 from .conftest import REPO
 
@@ -37,6 +43,7 @@ H200_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200.json"
 PACKED_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-packed-h200.json"
 CPU_LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
 JOB_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-job-h200.json"
+LAYOUTS_COMPILED = REPO / "benchmarks" / "results" / "verl-qwen2.5-1.5b-h200x4-layouts-compiled.json"
 H200_GIB = 140.4  # NVML's total for the H200 those trials ran on
 
 
@@ -60,7 +67,9 @@ def _errors_pct(model: MemoryModel, trial: TrialRecord, engine: bool = True) -> 
 def test_physics_alone_is_close_on_every_phase_the_packed_trials_finished() -> None:
     job = json.loads(PACKED_RESULTS.read_text())["jobs"][0]
     spec = JobSpec.model_validate(job["spec"])
-    model = MemoryModel(spec, spec.validate_model(), "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(
+        spec, spec.validate_model(), "cuda", H200_GIB, train_order="prompts", logits_copied=True
+    )
     trials = [TrialRecord(**t) for t in job["trials"] if t.get("config")]
     errors = {t.number: _errors_pct(model, t) for t in trials}
     finished = [t for t in trials if t.status == "ok"]
@@ -135,7 +144,7 @@ def test_it_skips_the_measured_ooms_and_never_a_trial_that_fit(cpu_landscape, ca
 
 def test_micro_batch_128_is_predicted_far_beyond_the_gpu(h200) -> None:
     spec, arch, trials = h200
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     (trial,) = [
         t
         for t in trials
@@ -150,7 +159,7 @@ def test_micro_batch_128_is_predicted_far_beyond_the_gpu(h200) -> None:
 
 def test_verl_defaults_fit_and_a_too_large_engine_budget_does_not(h200) -> None:
     spec, arch, trials = h200
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     base = dict(next(t for t in trials if t.baseline == "verl-v0.9-defaults").config)
     assert model.predict(base).exceeds(0.0) is None
     # gmu 0.95 beside a resident actor (17 GiB, no offload): vLLM refuses at start-up.
@@ -170,7 +179,7 @@ def test_verl_defaults_fit_and_a_too_large_engine_budget_does_not(h200) -> None:
 def test_every_phase_grows_with_a_memory_knob_the_rest_fixed(h200, knob) -> None:
     spec, arch, _ = h200
     space = SearchSpace.build(spec, arch, "cuda")
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
     values = space.searched[knob]
     checked = 0
@@ -192,7 +201,7 @@ def test_the_compiled_entropy_holds_no_vocabulary_wide_temporary_on_packed_rows(
     holds the logits alone. Eager (compile off, or padded rows) adds a softmax and its
     product with the logits, two positions-by-vocab tensors in the compute dtype."""
     spec, arch, trials = h200
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     base = dict(next(t for t in trials if t.baseline == "verl-v0.9-defaults").config)
     compile_ = A + "fsdp_config.use_torch_compile"
     packed = base | {"actor_rollout_ref.model.use_remove_padding": True}
@@ -216,6 +225,33 @@ def test_the_compiled_entropy_holds_no_vocabulary_wide_temporary_on_packed_rows(
         eager * (1 + model.k.allocator_slack), rel=1e-6
     )
     assert old[False, True] == old[False, False] > old[True, False]  # padded rows: eager either way
+
+
+def test_the_current_trials_sub_phase_peaks_follow_the_physics_on_every_layout() -> None:
+    """The trial as it runs now (the logits kept, the entropy compiled, verl's order), four
+    layouts of the update at 32 prompts x 8 on four H200: each sub-phase's peak allocated
+    memory against the physics alone, which counts the logits once (flash-attn's
+    cross-entropy writes its gradient into them). Counted as the trials before 2026-11-27
+    held them (a quotient and its gradient beside them), the larger micro-batches are
+    over-predicted by far."""
+    doc = json.loads(LAYOUTS_COMPILED.read_text())
+    run = doc["run"]
+    spec = scaled(load_job_spec(REPO / run["job"]), 32, 8)
+    arch = spec.validate_model()
+    now = MemoryModel(spec, arch, "cuda", H200_GIB)
+    copied = MemoryModel(spec, arch, "cuda", H200_GIB, logits_copied=True)
+    errors, copied_errors = {}, {}
+    for config, knobs in run["configs"].items():
+        (trial, *_) = [r for r in run["runs"] if r["config"] == config and r["kind"] == "trial"]
+        for phase in ("old_log_prob", "ref_log_prob", "update_actor"):
+            measured = trial["metrics"][f"{phase}_max_allocated_gib"]
+            for model, into in ((now, errors), (copied, copied_errors)):
+                predicted = model.physics_of(knobs).components[f"{phase}_gib"]
+                into[config, phase] = 100 * (predicted / measured - 1)
+    assert len(errors) == 12
+    every = [abs(e) for e in errors.values()]
+    assert statistics.fmean(every) < 10.0 and max(every) < 15.0, errors
+    assert copied_errors["p16", "update_actor"] > 30.0 < copied_errors["dyn16384", "update_actor"]
 
 
 def test_on_a_cpu_the_engine_is_checked_beside_the_actor() -> None:
@@ -259,7 +295,7 @@ def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200
     }
     startup, budgets = {}, {}
     for engine, job in engines.items():
-        model = MemoryModel(job, arch, "cuda", H200_GIB, train_order="prompts")
+        model = MemoryModel(job, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
         config = SearchSpace.build(job, arch, "cuda").baseline_config() | {
             R + "gpu_memory_utilization": 0.9,
             A + "fsdp_config.param_offload": False,
@@ -303,7 +339,7 @@ def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fit
     job_trials,
 ) -> None:
     spec, arch, trials = job_trials
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     ran = [t for t in trials if t.status in ("ok", "oom")]
     refused = {}
     for trial in ran:
@@ -328,7 +364,7 @@ def test_calibrated_on_each_trial_before_it_vllm_refusals_are_skipped_and_no_fit
 
 def test_the_wake_after_training_with_expandable_segments_is_the_start_ups_level(job_trials) -> None:
     spec, arch, trials = job_trials
-    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts")
+    model = MemoryModel(spec, arch, "cuda", H200_GIB, train_order="prompts", logits_copied=True)
     own = [t for t in trials if t.status == "ok" and "rollout_reused_from_trial" not in t.metrics]
     assert len(own) >= 8 and all(t.metrics["train_expandable_segments"] == 1.0 for t in own)
     for trial in own:

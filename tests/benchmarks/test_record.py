@@ -93,6 +93,7 @@ def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(
     assert json.loads(Path(f"{out}.claims").read_text()) == {"live-0": claims["live-0"]}
     assert landscape.label.startswith("CPU landscape")
     assert landscape.train_order == "verl"  # the trials took verl's order
+    assert not landscape.logits_copied  # and kept the logits at temperature 1.0
 
     # The live recorder "dies": the next run of the command records what it had claimed.
     Path(f"{out}.claims").write_text(json.dumps({"live-0": {**claims["live-0"], "pid": gone.pid}}))
@@ -117,3 +118,22 @@ def test_a_landscape_of_trials_in_the_prompts_order_is_not_extended(tmp_path) ->
     Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
     with ledger.locked() as landscape:
         assert landscape.train_order == "verl"
+
+
+def test_a_landscape_of_trials_that_copied_the_logits_is_not_extended(tmp_path) -> None:
+    """A file without the field was recorded before trials kept the logits at 1.0."""
+    spec = parse_job_spec(JOB)
+    out = tmp_path / "landscape.json"
+    data = Landscape(spec, spec.validate_model(), "cpu", 2.0, "old", "record").to_dict()
+    del data["logits_copied"]
+    out.write_text(json.dumps(data))
+    assert Landscape.load(out).logits_copied
+    ledger = Ledger(out, spec, spec.validate_model(), "cpu", 2.0, "new", "record")
+    with (
+        pytest.raises(LandscapeError, match="copied the logits at temperature 1.0.*record into a new file"),
+        ledger.locked(),
+    ):
+        pass
+    Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
+    with ledger.locked() as landscape:
+        assert not landscape.logits_copied
