@@ -104,36 +104,27 @@ def test_recorders_share_a_landscape_each_config_once_and_take_over_dead_claims(
     assert json.loads(Path(f"{out}.claims").read_text()) == {}
 
 
-def test_a_landscape_of_trials_in_the_prompts_order_is_not_extended(tmp_path) -> None:
-    spec = parse_job_spec(JOB)
-    out = tmp_path / "landscape.json"
-    old = Landscape(spec, spec.validate_model(), "cpu", 2.0, "old", "record", train_order="prompts")
-    old.save(out)
-    ledger = Ledger(out, spec, spec.validate_model(), "cpu", 2.0, "new", "record")
-    with (
-        pytest.raises(LandscapeError, match="'prompts' order, and trials now take 'verl': record into a new"),
-        ledger.locked(),
-    ):
-        pass
-    Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
-    with ledger.locked() as landscape:
-        assert landscape.train_order == "verl"
-
-
-def test_a_landscape_of_trials_that_copied_the_logits_is_not_extended(tmp_path) -> None:
-    """A file without the field was recorded before trials kept the logits at 1.0."""
+@pytest.mark.parametrize(
+    ("earlier", "why"),
+    [
+        ({"train_order": "prompts"}, "'prompts' order, and trials now take 'verl': record into a new"),
+        # a file without the field was recorded before trials kept the logits at 1.0
+        ({"logits_copied": None}, "copied the logits at temperature 1.0.*record into a new file"),
+    ],
+)
+def test_a_landscape_of_earlier_trials_is_not_extended(tmp_path, earlier, why) -> None:
     spec = parse_job_spec(JOB)
     out = tmp_path / "landscape.json"
     data = Landscape(spec, spec.validate_model(), "cpu", 2.0, "old", "record").to_dict()
-    del data["logits_copied"]
+    for key, value in earlier.items():
+        if value is None:
+            del data[key]
+        else:
+            data[key] = value
     out.write_text(json.dumps(data))
-    assert Landscape.load(out).logits_copied
     ledger = Ledger(out, spec, spec.validate_model(), "cpu", 2.0, "new", "record")
-    with (
-        pytest.raises(LandscapeError, match="copied the logits at temperature 1.0.*record into a new file"),
-        ledger.locked(),
-    ):
+    with pytest.raises(LandscapeError, match=why), ledger.locked():
         pass
     Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
     with ledger.locked() as landscape:
-        assert not landscape.logits_copied
+        assert landscape.train_order == "verl" and not landscape.logits_copied
