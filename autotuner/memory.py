@@ -72,10 +72,7 @@ from autotuner.lengthstats import PromptOrder, StepLengths, VerlOrder
 from autotuner.records import TrialRecord
 from autotuner.spec import JobSpec, ModelArch
 from autotuner.trialspec import batch_draw, build_trial_spec
-from trials.types import TrialSpec
-
-# verl's entropy_from_logits_chunk_size default (rows a chunk; ``trials.actor``'s).
-ENTROPY_CHUNK_ROWS = 2048
+from trials.types import ENTROPY_CHUNK_ROWS, TrialSpec
 
 GIB = float(1 << 30)
 PHASES = ("startup", "train_probe", "rollout", "train", "wake")

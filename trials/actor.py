@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from trials.errors import TrialEnvironmentError
+from trials.types import ENTROPY_CHUNK_ROWS
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 # verl v0.9.0's actor defaults (trainer/config/actor/actor.yaml, optim/fsdp.yaml): the PPO
@@ -52,8 +53,6 @@ PACKED = "packed"
 PADDED = "padded"
 FLASH_ATTENTION = "flash_attention_2"
 SDPA = "sdpa"
-# verl v0.9.0's ``entropy_from_logits_chunk_size`` default (rows per chunk).
-ENTROPY_CHUNK_ROWS = 2048
 # Where the flash-attn wheel for the GPU host is and how to install it.
 FLASH_ATTN_FIX = (
     "install flash-attn (2.8.3.post2 for torch 2.11 / CUDA 13 / sm_90 is built once per host: "

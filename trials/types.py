@@ -33,6 +33,10 @@ PHASES: tuple[str, ...] = (
 )
 
 
+# verl v0.9.0's ``entropy_from_logits_chunk_size`` default (rows per chunk), which the trial's
+# chunked entropy (``trials.actor``) and the memory model (``autotuner.memory``) both take.
+ENTROPY_CHUNK_ROWS = 2048
+
 _J = TypeVar("_J", bound="JsonData")
 
 

@@ -342,6 +342,7 @@ def layout_verl_log_prob_peaks(stages: list[tuple[str, str]], verl: str) -> Call
         for name in ("old-log-prob", "ref"):
             header += [f"{name} peak GiB, trial: {label}" for label, _ in stages] + ["verl: at most"]
         trials_of = {rel: {c: t for c, t, _ in _per_config(rel, lambda r: [])} for _, rel in stages}
+        sources = list(dict.fromkeys([*(rel for _, rel in stages), verl]))
         rows = []
         for config in run["configs"]:
             verls = [r for r in run["runs"] if r["config"] == config and r["kind"] == "verl"]
@@ -355,10 +356,7 @@ def layout_verl_log_prob_peaks(stages: list[tuple[str, str]], verl: str) -> Call
                     cells.append(f"{statistics.median(values):.1f} (n={len(values)})" if values else "-")
                 bounds = [b for b in (_verl_pass_bound(r, role) for r in verls) if b is not None]
                 cells.append(f"{max(bounds):.1f}" if bounds else "-")
-            rows.append(
-                (cells, tuple(f"{rel}#{config}" for rel in dict.fromkeys([*(r for _, r in stages), verl])))
-            )
-        sources = list(dict.fromkeys([*(rel for _, rel in stages), verl]))
+            rows.append((cells, tuple(f"{rel}#{config}" for rel in sources)))
         return [*table(header, rows), Line(""), generated_from(*sources)]
 
     return build
