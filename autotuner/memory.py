@@ -576,7 +576,9 @@ class MemoryModel:
     def _logit_bytes(self, positions: float, real: float, cb: int, grad: bool) -> float:
         """The logits of every computed position in the compute dtype (at temperature 1.0
         verl keeps them undivided, ``trials.actor.scaled_logits``), the real rows' gather
-        (padded), and the log-probability's working copies; with ``grad``, their gradients.
+        (padded; with ``grad`` the padded logits are kept to the backward and their gradient
+        is built beside them), and the log-probability's working copies; with ``grad``, their
+        gradients.
 
         On a GPU flash-attn's fused cross-entropy keeps a float32 number per row and writes
         its gradient into the logits it was given (``inplace_backward``, as verl calls it):
@@ -585,11 +587,16 @@ class MemoryModel:
         through the division. On a CPU a float32 log-softmax (after a float32 copy of the
         logits unless they are float32) and, with ``grad``, its gradient."""
         v = float(self.arch.vocab_size)
-        logits = positions * v * cb + (real * v * cb if positions != real else 0.0)
+        padded = positions != real
+        logits = positions * v * cb + (real * v * cb if padded else 0.0)
         if self.device == "cuda":
             work = real * v * cb if self.logits_copied else 0.0
         else:
             work = real * v * (4 if cb == 4 else cb + 4)
+        if grad and padded and not self.logits_copied:
+            # verl's gather keeps the padded logits to the backward, which then builds their
+            # gradient beside them (``trials.actor.real_positions``).
+            logits += positions * v * cb
         return logits + work * (2 if grad else 1)
 
     def _entropy_bytes(self, trial: TrialSpec, positions: float, cb: int) -> float:

@@ -16,7 +16,8 @@ A micro-batch is laid out as verl v0.9.0's ``verl/workers/engine/fsdp/transforme
 - ``use_remove_padding=False`` (``PADDED``): each sequence is one row, right-padded to
   the micro-batch's longest (verl's no-padding batches turned into a padded tensor), with
   an attention mask. The logits of all ``B x L`` positions are materialised, then the real
-  positions' rows are gathered, ``(T, vocab)``, as verl's ``narrow`` + ``cat`` does.
+  positions' rows are gathered, ``(T, vocab)``, with verl's ``narrow`` + ``cat``
+  (``real_positions``), whose autograd keeps the padded logits until the backward.
 
 Either way the log-probability of each position's next token is computed over all ``T``
 rows (verl rolls the packed ids by one), with flash-attn's Triton cross-entropy where
@@ -146,6 +147,8 @@ class MicroBatchTensors:
     response_offsets: torch.Tensor | None = None
     response_index: torch.Tensor | None = None
     longest_response: int = 0  # the nested responses' cached longest (verl's fields carry it)
+    # PADDED only: each row's real tokens, (B,), on the device (verl's ``cu_seqlens.diff()``).
+    row_lengths: torch.Tensor | None = None
     # verl's sampling temperature, shaped to divide the logits as its ``prepare_model_outputs``
     # does (packed: each real position's, (T, 1); padded: each row's, (B, 1, 1)); None: the
     # logits are used as the model gives them.
@@ -214,6 +217,7 @@ def micro_batch(
         labels=labels_t,
         response_mask=response_t,
         real_tokens=len(flat),
+        row_lengths=torch.tensor(lengths, device=device),
     )
 
 
@@ -243,7 +247,19 @@ def scaled_logits(
         logits = logits / mb.temperature.clamp(min=1e-8).to(logits.dtype)
     if mb.attention_mask is None:
         return logits, logits
-    return logits, logits[mb.attention_mask.bool()]
+    return logits, real_positions(logits, mb)
+
+
+def real_positions(padded: torch.Tensor, mb: MicroBatchTensors) -> torch.Tensor:
+    """The real positions of padded rows ``(B, L, ...)`` in order, ``(T, ...)``, gathered as
+    verl 0.9.1's padded path gathers them: a jagged view of the rows narrowed to their lengths
+    (``torch.nested.narrow``), unbound and concatenated. Its autograd keeps that view, so the
+    whole padded tensor lives until the backward reaches it: on the update's logits that is
+    one ``(B, L, vocab)`` tensor beside its gradient at the backward's peak."""
+    assert mb.row_lengths is not None
+    lengths = mb.row_lengths
+    rows = torch.nested.narrow(padded, 1, torch.zeros_like(lengths), lengths, layout=torch.jagged)
+    return torch.cat(rows.unbind())
 
 
 def logits_rows(model: torch.nn.Module, mb: MicroBatchTensors, autocast: torch.dtype | None) -> torch.Tensor:
@@ -310,7 +326,7 @@ def _entropy(
     kept."""
     if mb.attention_mask is None:
         return kernel.rows(rows)
-    return kernel.positions(whole)[mb.attention_mask.bool()]
+    return real_positions(kernel.positions(whole), mb)
 
 
 def token_log_probs(

@@ -143,6 +143,7 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
         )
         scale = temperature.view(-1, 1, 1)
     else:
+        lengths = None
         spread = torch.nested.nested_tensor_from_jagged(
             torch.repeat_interleave(temperature, offsets.diff(), dim=0), offsets
         )
@@ -168,6 +169,7 @@ def to_device(staged: StagedMicroBatch, device: torch.device, layout: str = PACK
         longest_response=staged.longest_response,
         temperature=scale,
         unit_temperature=True,
+        row_lengths=lengths,
     )
 
 

@@ -60,6 +60,7 @@ from benchmarks.claims.layout_verl import (
     layout_verl_update,
     probe_ratios,
 )
+from benchmarks.claims.padded_logits import padded_gather, padded_update
 from benchmarks.claims.search import (
     CPU_LANDSCAPE,
     CPU_SEARCH,
@@ -128,6 +129,9 @@ LAYOUTS_ORDER = "results/verl-qwen2.5-1.5b-h200x4-layouts-order.json"
 LAYOUTS_COMPILED = "results/verl-qwen2.5-1.5b-h200x4-layouts-compiled.json"
 # Between the two: the logits kept at temperature 1.0, the entropy still eager (a part run).
 LAYOUTS_UNIT_TEMPERATURE = "results/verl-qwen2.5-1.5b-h200x4-layouts-unit-temperature.json"
+# The trials with the padded layout gathered as verl gathers it, at 16 prompts x 8, two hosts.
+LAYOUTS_B16 = "results/verl-qwen2.5-1.5b-h200x4-layouts-b16-trials.json"
+PADDED_GATHER = "results/padded-gather-h200-2026-11-28.json"
 
 CLAIMS: list[Claim] = [
     # benchmarks/README.md
@@ -137,6 +141,18 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("padded-gather", padded_gather(PADDED_GATHER)),
+    Claim(
+        "padded-update",
+        padded_update(
+            [
+                ("verl, 32 prompts x 8", LAYOUTS, None, "verl", "verl's"),
+                ("trial, 32 prompts x 8", LAYOUTS_COMPILED, None, "trial", "mask"),
+                ("trial, 16 prompts x 8, host 1", LAYOUTS_B16, "host 1", "trial", "verl's"),
+                ("trial, 16 prompts x 8, host 2", LAYOUTS_B16, "host 2", "trial", "verl's"),
+            ]
+        ),
+    ),
     Claim("layout-verl-compiled", layout_verl(LAYOUTS_COMPILED, probe=probe_ratios())),
     Claim("layout-verl-compiled-steps", layout_verl_steps(LAYOUTS_COMPILED)),
     Claim(

@@ -68,6 +68,30 @@ def test_packed_rows_hold_only_real_tokens_and_padded_rows_the_longest() -> None
     assert starts == list(np.cumsum([0] + [len(s) for s in sequences[:-1]]))
 
 
+def test_the_padded_update_keeps_its_padded_logits_to_the_backward_as_verl_does() -> None:
+    """verl 0.9.1's padded path gathers the real positions through a jagged view of the padded
+    logits; autograd keeps that view, so the padded logits live until the backward, beside the
+    gradient it builds for them. The trial gathers the same way: the same rows in the same
+    order as a mask would pick, and the padded tensor among what the backward holds."""
+    torch.manual_seed(0)
+    model = actor.build_causal_lm(TINY, torch.float32, CPU, False)
+    sequences, responses = _batch(seed=4)
+    mb = actor.micro_batch(sequences, responses, tuple(range(5)), CPU, actor.PADDED)
+    held: list[int] = []
+
+    def keep(t: torch.Tensor) -> torch.Tensor:
+        held.append((t.values() if t.is_nested else t).untyped_storage().data_ptr())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        whole, rows = actor.scaled_logits(model, mb, None)
+    assert mb.attention_mask is not None
+    torch.testing.assert_close(rows, whole[mb.attention_mask.bool()], rtol=0, atol=0)
+    assert whole.untyped_storage().data_ptr() in held  # the padded logits, kept for the backward
+    rows.float().logsumexp(-1).sum().backward()
+    assert all(p.grad is not None for p in model.lm_head.parameters())
+
+
 def test_chunked_entropy_equals_the_whole_rows() -> None:
     logits = torch.randn(actor.ENTROPY_CHUNK_ROWS + 37, 50, dtype=torch.float64)
     whole = actor.entropy_rows(logits, chunked=False)

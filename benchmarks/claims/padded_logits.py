@@ -1,0 +1,148 @@
+"""What the padded layout (``use_remove_padding: False``) holds through the update's backward.
+
+verl 0.9.1's padded path gathers a micro-batch's real positions from its padded logits
+``(B, L, vocab)`` through a jagged view (``torch.nested.narrow``, ``unbind``, ``cat``), and
+autograd keeps that view: the padded logits live until the backward, which builds their
+gradient beside them. A boolean-mask gather keeps nothing of them. Two figures:
+
+- ``padded_gather``: one padded micro-batch on one GPU (``benchmarks/gpu/padded_gather.py``),
+  gathered each way: what is still allocated after the forward, and the peak through the
+  backward.
+- ``padded_update``: pad4's update peak (the layouts' runs) taken apart. Its largest
+  micro-batch's padded logits ``P`` (rows x its longest sequence x vocab, bf16) and gathered
+  rows ``R`` (its real tokens x vocab) come from the job's drawn lengths in verl's batch
+  order (``trials.lengths``), the actor's resident state from the trial's
+  ``actor_allocated_gib``. What is left of the peak beside ``P + R`` (mask gather) or
+  ``2P + R`` (verl's gather) is the padded activations and the layers in flight, which grow
+  with the micro-batch's padded positions: the same per position across runs where the
+  held logits are counted right.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.claims.data import HERE, Line, generated_from, load, table, verl_steps
+
+GIB = 2**30
+BF16 = 2
+PAD4 = "pad4"
+PEAK = "update_actor_max_allocated_gib"
+VERL_PEAK = "actor/perf/max_memory_allocated_gb"
+
+
+def padded_gather(rel: str) -> Callable[[], list[Line]]:
+    """The two gathers of ``rel`` (a ``padded_gather`` file): medians over its repeats."""
+
+    def build() -> list[Line]:
+        doc = load(rel)
+        header = ["gather", "held after the forward, GiB", "peak through the backward, GiB", "runs"]
+        rows = []
+        for way, label in (("mask", "boolean mask"), ("nested", "verl's (nested narrow + cat)")):
+            runs = [r for r in doc["runs"] if r["way"] == way]
+            held = statistics.median(r["held_after_forward_gib"] for r in runs)
+            peak = statistics.median(r["peak_gib"] for r in runs)
+            rows.append(([label, f"{held:.2f}", f"{peak:.2f}", str(len(runs))], (rel,)))
+        ce = "flash-attn's cross-entropy" if doc["flash_attn_cross_entropy"] else "a float32 log-softmax"
+        lengths = ", ".join(str(n) for n in doc["lengths"])
+        return [
+            *table(header, rows),
+            Line(""),
+            Line(
+                f"One micro-batch of {len(doc['lengths'])} sequences ({lengths} tokens) padded to the "
+                f"longest, its padded logits {doc['padded_logits_gib']:.2f} GiB; {doc['device']}, "
+                f"torch {doc['versions']['torch']}, log-probabilities through {ce}.",
+                (rel,),
+            ),
+            generated_from(rel),
+        ]
+
+    return build
+
+
+def _largest_padded(run: dict[str, Any], config: str) -> tuple[float, float, int]:
+    """``P`` and ``R`` (GiB) of the largest padded micro-batch of ``config`` in ``run``'s
+    workload, and its padded positions."""
+    from autotuner.spec import load_job_spec
+    from autotuner.trialspec import build_trial_spec
+    from benchmarks.gpu.verl_compare import scaled
+    from trials.lengths import step_lengths, verl_batch_order
+
+    workload = run["workload"]
+    spec = scaled(
+        load_job_spec(HERE.parent / run["job"]), workload["train_batch_size"], workload["ppo_mini_batch_size"]
+    )
+    arch = spec.validate_model()
+    knobs = run["configs"][config]
+    trial = build_trial_spec(spec, arch, knobs, "lengths", "cuda", 100.0)
+    assert trial.batch is not None
+    prompts, responses = step_lengths(trial.batch)
+    order = verl_batch_order(prompts, responses, trial.batch.train_ranks)[: trial.batch.train_sequences]
+    rows = int(knobs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
+    vocab = arch.vocab_size
+    best = (0.0, 0.0, 0)
+    for start in range(0, len(order), rows):
+        lengths = [prompts[i] + responses[i] for i in order[start : start + rows]]
+        positions = len(lengths) * max(lengths)
+        if positions > best[2]:
+            best = (positions * vocab * BF16 / GIB, sum(lengths) * vocab * BF16 / GIB, positions)
+    return best
+
+
+def _run_of(rel: str, host: str | None) -> dict[str, Any]:
+    doc = load(rel)
+    if host is None:
+        return doc.get("run", doc)
+    return next(h["run"] for h in doc["hosts"] if h["name"] == host)
+
+
+def padded_update(sources: list[tuple[str, str, str | None, str, str]]) -> Callable[[], list[Line]]:
+    """pad4's update peak taken apart, one row per ``(label, file, host, kind, gather)``:
+    ``kind`` "trial" (the median of its trials' ``update_actor_max_allocated_gib``) or "verl"
+    (the median of its measured steps' peak; the actor's resident state from the same file's
+    trials). verl's peak is its process's since the start: its warm-up step's where that
+    step holds the run's widest padded micro-batch, as at 32 prompts x 8 (the warm-up step
+    trains on the batch the trials train on, the job's first draw). What is left beside the
+    logits, per 1,000 padded positions of the largest micro-batch, under each count of the
+    logits held: the count that fits the gather gives the same figure in every row."""
+
+    def build() -> list[Line]:
+        header = [
+            "run",
+            "gather",
+            "update's peak GiB",
+            "actor's state GiB",
+            "P GiB",
+            "R GiB",
+            "left per 1,000 padded positions if P + R held, GiB",
+            "if 2P + R held, GiB",
+        ]
+        rows = []
+        for label, rel, host, kind, gather in sources:
+            run = _run_of(rel, host)
+            trials = [
+                r for r in run["runs"] if r["config"] == PAD4 and r["kind"] == "trial" and r["status"] == "ok"
+            ]
+            state = statistics.median(r["metrics"]["actor_allocated_gib"] for r in trials)
+            if kind == "trial":
+                peak = statistics.median(r["metrics"][PEAK] for r in trials)
+                n = len(trials)
+            else:
+                steps = [
+                    s
+                    for r in run["runs"]
+                    if r["config"] == PAD4 and r["kind"] == "verl"
+                    for s in verl_steps(r)
+                ]
+                peak = statistics.median(s[VERL_PEAK] for s in steps)
+                n = len(steps)
+            p, r, positions = _largest_padded(run, PAD4)
+            left = [1000 * (peak - state - held) / positions for held in (p + r, 2 * p + r)]
+            cells = [f"{label} (n={n})", gather, f"{peak:.2f}", f"{state:.2f}", f"{p:.2f}", f"{r:.2f}"]
+            rows.append(([*cells, *(f"{v:.3f}" for v in left)], (rel,)))
+        used = dict.fromkeys(rel for _, rel, *_ in sources)
+        return [*table(header, rows), Line(""), generated_from(*used)]
+
+    return build
