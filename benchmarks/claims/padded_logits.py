@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.claims.data import HERE, Line, generated_from, load, table, verl_steps
@@ -62,13 +63,15 @@ def padded_gather(rel: str) -> Callable[[], list[Line]]:
     return build
 
 
-def _largest_padded(run: dict[str, Any], config: str) -> tuple[float, float, int]:
-    """``P`` and ``R`` (GiB) of the largest padded micro-batch of ``config`` in ``run``'s
-    workload, and its padded positions."""
+def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> list[tuple[float, float, int]]:
+    """For each of the first ``steps`` batches the job draws (the first is the one every trial
+    trains on and verl's warm-up step), ``P`` and ``R`` (GiB) of the widest padded
+    micro-batch of ``config`` in ``run``'s workload, in verl's batch order, and its padded
+    positions."""
     from autotuner.spec import load_job_spec
     from autotuner.trialspec import build_trial_spec
     from benchmarks.gpu.verl_compare import scaled
-    from trials.lengths import step_lengths, verl_batch_order
+    from trials.lengths import steps_lengths, verl_batch_order
 
     workload = run["workload"]
     spec = scaled(
@@ -77,18 +80,25 @@ def _largest_padded(run: dict[str, Any], config: str) -> tuple[float, float, int
     arch = spec.validate_model()
     knobs = run["configs"][config]
     trial = build_trial_spec(spec, arch, knobs, "lengths", "cuda", 100.0)
-    assert trial.batch is not None
-    prompts, responses = step_lengths(trial.batch)
-    order = verl_batch_order(prompts, responses, trial.batch.train_ranks)[: trial.batch.train_sequences]
+    batch = trial.batch
+    assert batch is not None
+    prompts, responses = steps_lengths(batch, steps)
     rows = int(knobs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
-    vocab = arch.vocab_size
-    best = (0.0, 0.0, 0)
-    for start in range(0, len(order), rows):
-        lengths = [prompts[i] + responses[i] for i in order[start : start + rows]]
-        positions = len(lengths) * max(lengths)
-        if positions > best[2]:
-            best = (positions * vocab * BF16 / GIB, sum(lengths) * vocab * BF16 / GIB, positions)
-    return best
+    out = []
+    for step in range(steps):
+        drawn = range(step * batch.prompts, (step + 1) * batch.prompts)
+        step_prompts = [prompts[i] for i in drawn for _ in range(batch.samples_per_prompt)]
+        step_responses = [n for i in drawn for n in responses[i]]
+        order = verl_batch_order(step_prompts, step_responses, batch.train_ranks)[: batch.train_sequences]
+        widest = (0.0, 0.0, 0)
+        for start in range(0, len(order), rows):
+            lengths = [step_prompts[i] + step_responses[i] for i in order[start : start + rows]]
+            positions = len(lengths) * max(lengths)
+            if positions > widest[2]:
+                bytes_per_position = arch.vocab_size * BF16 / GIB
+                widest = (positions * bytes_per_position, sum(lengths) * bytes_per_position, positions)
+        out.append(widest)
+    return out
 
 
 def _run_of(rel: str, host: str | None) -> dict[str, Any]:
@@ -98,14 +108,44 @@ def _run_of(rel: str, host: str | None) -> dict[str, Any]:
     return next(h["run"] for h in doc["hosts"] if h["name"] == host)
 
 
+@dataclass(frozen=True)
+class Decomposed:
+    """pad4's update peak of one source, taken apart (GiB; ``left_*`` per 1,000 padded
+    positions of the widest micro-batch, with ``P + R`` or ``2P + R`` of logits held)."""
+
+    n: int
+    peak: float
+    state: float
+    p: float
+    r: float
+    left_if_mask: float
+    left_if_nested: float
+
+
+def decompose(rel: str, host: str | None, kind: str) -> Decomposed:
+    """``kind`` "trial": the median of the file's pad4 trials' ``update_actor_max_allocated_gib``;
+    "verl": the median of its pad4 verl runs' measured steps' peak. The actor's resident state
+    from the file's pad4 trials either way."""
+    run = _run_of(rel, host)
+    trials = [r for r in run["runs"] if r["config"] == PAD4 and r["kind"] == "trial" and r["status"] == "ok"]
+    state = statistics.median(r["metrics"]["actor_allocated_gib"] for r in trials)
+    if kind == "trial":
+        peaks = [r["metrics"][PEAK] for r in trials]
+    else:
+        verls = [r for r in run["runs"] if r["config"] == PAD4 and r["kind"] == "verl"]
+        peaks = [s[VERL_PEAK] for r in verls for s in verl_steps(r)]
+    peak = statistics.median(peaks)
+    ((p, r, positions),) = padded_micro_batches(run, PAD4)
+    mask, nested = (1000 * (peak - state - held) / positions for held in (p + r, 2 * p + r))
+    return Decomposed(len(peaks), peak, state, p, r, mask, nested)
+
+
 def padded_update(sources: list[tuple[str, str, str | None, str, str]]) -> Callable[[], list[Line]]:
-    """pad4's update peak taken apart, one row per ``(label, file, host, kind, gather)``:
-    ``kind`` "trial" (the median of its trials' ``update_actor_max_allocated_gib``) or "verl"
-    (the median of its measured steps' peak; the actor's resident state from the same file's
-    trials). verl's peak is its process's since the start: its warm-up step's where that
+    """pad4's update peak taken apart (``decompose``), one row per ``(label, file, host, kind,
+    gather)``. verl's peak is its process's since the start: its warm-up step's where that
     step holds the run's widest padded micro-batch, as at 32 prompts x 8 (the warm-up step
     trains on the batch the trials train on, the job's first draw). What is left beside the
-    logits, per 1,000 padded positions of the largest micro-batch, under each count of the
+    logits, per 1,000 padded positions of the widest micro-batch, under each count of the
     logits held: the count that fits the gather gives the same figure in every row."""
 
     def build() -> list[Line]:
@@ -121,27 +161,16 @@ def padded_update(sources: list[tuple[str, str, str | None, str, str]]) -> Calla
         ]
         rows = []
         for label, rel, host, kind, gather in sources:
-            run = _run_of(rel, host)
-            trials = [
-                r for r in run["runs"] if r["config"] == PAD4 and r["kind"] == "trial" and r["status"] == "ok"
+            d = decompose(rel, host, kind)
+            cells = [
+                f"{label} (n={d.n})",
+                gather,
+                f"{d.peak:.2f}",
+                f"{d.state:.2f}",
+                f"{d.p:.2f}",
+                f"{d.r:.2f}",
             ]
-            state = statistics.median(r["metrics"]["actor_allocated_gib"] for r in trials)
-            if kind == "trial":
-                peak = statistics.median(r["metrics"][PEAK] for r in trials)
-                n = len(trials)
-            else:
-                steps = [
-                    s
-                    for r in run["runs"]
-                    if r["config"] == PAD4 and r["kind"] == "verl"
-                    for s in verl_steps(r)
-                ]
-                peak = statistics.median(s[VERL_PEAK] for s in steps)
-                n = len(steps)
-            p, r, positions = _largest_padded(run, PAD4)
-            left = [1000 * (peak - state - held) / positions for held in (p + r, 2 * p + r)]
-            cells = [f"{label} (n={n})", gather, f"{peak:.2f}", f"{state:.2f}", f"{p:.2f}", f"{r:.2f}"]
-            rows.append(([*cells, *(f"{v:.3f}" for v in left)], (rel,)))
+            rows.append(([*cells, f"{d.left_if_mask:.3f}", f"{d.left_if_nested:.3f}"], (rel,)))
         used = dict.fromkeys(rel for _, rel, *_ in sources)
         return [*table(header, rows), Line(""), generated_from(*used)]
 
