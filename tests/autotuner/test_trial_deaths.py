@@ -95,22 +95,27 @@ class TrialProcesses(Poller):
         return out
 
 
-def phase_of(leader: psutil.Process) -> str | None:
-    """The phase the trial reported last (its progress file)."""
+def progress_file(leader: psutil.Process) -> Path:
+    """The trial's progress file, from its command line (read once: see ``_comm``)."""
     cmd = leader.cmdline()
+    return Path(cmd[cmd.index("--progress") + 1])
+
+
+def phase_of(progress: Path) -> str | None:
+    """The phase the trial reported last (its progress file)."""
     try:
-        return json.loads(Path(cmd[cmd.index("--progress") + 1]).read_text()).get("phase")
+        return json.loads(progress.read_text()).get("phase")
     except (OSError, ValueError):
         return None
 
 
-def wait_phase(leader: psutil.Process, phases: tuple[str, ...], timeout_s: float = 180) -> None:
+def wait_phase(progress: Path, phases: tuple[str, ...], timeout_s: float = 180) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if phase_of(leader) in phases:
+        if phase_of(progress) in phases:
             return
         time.sleep(0.05)
-    raise AssertionError(f"the trial never reached {phases}; last phase {phase_of(leader)}")
+    raise AssertionError(f"the trial never reached {phases}; last phase {phase_of(progress)}")
 
 
 def tuner_rss_bytes() -> int:
@@ -177,11 +182,23 @@ def run_job(
     return summary, recorded, checks
 
 
+def _comm(pid: int) -> str | None:
+    """A process's name as the kernel keeps it (``/proc/<pid>/comm``, 15 characters, the
+    start of a title vLLM sets): read without the process's memory lock, which reading its
+    command line takes and which an engine busy mapping memory can hold for as long as it
+    runs on a loaded machine."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:  # ended meanwhile
+        return None
+
+
 def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process:
-    """vLLM's EngineCore process in the trial's session, looked for until ``timeout_s`` (on
-    a loaded machine the engine's start-up takes minutes, and it shows its name a moment
-    after it began). The session, not the leader's descendants: one found there is the
-    trial's whichever process started it. Says what it saw when it fails."""
+    """vLLM's EngineCore process in the trial's session (``VLLM::EngineCore``, or
+    ``_DP<rank>`` after it, cut to ``VLLM::EngineCor`` by the kernel), looked for until
+    ``timeout_s`` (on a loaded machine the engine's start-up takes minutes, and it shows its
+    name a moment after it began). The session, not the leader's descendants: one found
+    there is the trial's whichever process started it. Says what it saw when it fails."""
     deadline = time.monotonic() + timeout_s
     seen: set[str] = set()
     while time.monotonic() < deadline:
@@ -192,12 +209,13 @@ def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process
                 f"its session: {sorted(seen)}"
             )
         for pid in members:
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                title = " ".join([proc.name(), *proc.cmdline()[:1]])
-                seen.add(title)
-                if "EngineCore" in title:
-                    return proc
+            name = _comm(pid)
+            if name is None:
+                continue
+            seen.add(name)
+            if "EngineCor" in name:
+                with contextlib.suppress(psutil.Error):
+                    return psutil.Process(pid)
         time.sleep(0.05)
     raise AssertionError(
         f"no EngineCore process in the trial's session after {timeout_s:g} s; seen: {sorted(seen)}"
@@ -216,8 +234,9 @@ def kill_in(
     def bind(procs: TrialProcesses) -> Callable[[str], None]:
         def act(trial_id: str) -> None:
             leader = procs.leader(trial_id)
+            progress = progress_file(leader)
             victim = engine_core(leader, timeout_s=within_s) if target == "engine" else leader
-            wait_phase(leader, procs_phase, timeout_s=within_s)
+            wait_phase(progress, procs_phase, timeout_s=within_s)
             os.kill(victim.pid, sig)
 
         return act
