@@ -20,7 +20,7 @@ from typing import Any
 
 import psutil
 import pytest
-from trial_watch import Poller  # tests/trials, on sys.path through tests/autotuner/conftest
+from trial_watch import Poller, kernel_name  # tests/trials, on sys.path through tests/autotuner/conftest
 
 from autotuner.jobs import JobContext, execute, runner_id
 from autotuner.knobs import A, R
@@ -96,7 +96,7 @@ class TrialProcesses(Poller):
 
 
 def progress_file(leader: psutil.Process) -> Path:
-    """The trial's progress file, from its command line (read once: see ``_comm``)."""
+    """The trial's progress file, from its command line (read once: see ``kernel_name``)."""
     cmd = leader.cmdline()
     return Path(cmd[cmd.index("--progress") + 1])
 
@@ -182,17 +182,6 @@ def run_job(
     return summary, recorded, checks
 
 
-def _comm(pid: int) -> str | None:
-    """A process's name as the kernel keeps it (``/proc/<pid>/comm``, 15 characters, the
-    start of a title vLLM sets): read without the process's memory lock, which reading its
-    command line takes and which an engine busy mapping memory can hold for as long as it
-    runs on a loaded machine."""
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:  # ended meanwhile
-        return None
-
-
 def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process:
     """vLLM's EngineCore process in the trial's session (``VLLM::EngineCore``, or
     ``_DP<rank>`` after it, cut to ``VLLM::EngineCor`` by the kernel), looked for until
@@ -209,7 +198,7 @@ def engine_core(leader: psutil.Process, timeout_s: float = 60) -> psutil.Process
                 f"its session: {sorted(seen)}"
             )
         for pid in members:
-            name = _comm(pid)
+            name = kernel_name(pid)
             if name is None:
                 continue
             seen.add(name)

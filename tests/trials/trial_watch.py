@@ -4,8 +4,25 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 
 from trials.launcher import proc_stats, session_processes
+
+
+def kernel_name(pid: int) -> str | None:
+    """A process's name as the kernel keeps it (``/proc/<pid>/comm``: the first 15
+    characters of the title vLLM sets, ``VLLM::EngineCor``), None once it has ended. Read
+    without the process's memory lock, which reading its command line takes and which an
+    engine busy mapping memory can hold for long on a loaded machine."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def is_engine_core(pid: int) -> bool:
+    """Whether ``pid`` is vLLM's EngineCore (``VLLM::EngineCore``, ``..._DP<rank>``)."""
+    return "EngineCor" in (kernel_name(pid) or "")
 
 
 class Poller:
