@@ -71,6 +71,7 @@ def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> li
     from autotuner.spec import load_job_spec
     from autotuner.trialspec import build_trial_spec
     from benchmarks.gpu.verl_compare import scaled
+    from trials.batching import update_plan
     from trials.lengths import steps_lengths, verl_batch_order
 
     workload = run["workload"]
@@ -90,9 +91,10 @@ def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> li
         step_prompts = [prompts[i] for i in drawn for _ in range(batch.samples_per_prompt)]
         step_responses = [n for i in drawn for n in responses[i]]
         order = verl_batch_order(step_prompts, step_responses, batch.train_ranks)[: batch.train_sequences]
+        ordered = [step_prompts[i] + step_responses[i] for i in order]
         widest = (0.0, 0.0, 0)
-        for start in range(0, len(order), rows):
-            lengths = [step_prompts[i] + step_responses[i] for i in order[start : start + rows]]
+        for mb in update_plan(ordered, trial.local_mini_batch_size, rows, False, 0):
+            lengths = [ordered[i] for i in mb.indices]
             positions = len(lengths) * max(lengths)
             if positions > widest[2]:
                 bytes_per_position = arch.vocab_size * BF16 / GIB
