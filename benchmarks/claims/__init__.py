@@ -56,8 +56,10 @@ from benchmarks.claims.layout_verl import (
     layout_verl,
     layout_verl_hosts,
     layout_verl_log_prob_peaks,
+    layout_verl_order,
     layout_verl_steps,
     layout_verl_update,
+    layout_verl_warmup_peaks,
     probe_ratios,
 )
 from benchmarks.claims.padded_logits import padded_gather, padded_update
@@ -131,6 +133,8 @@ LAYOUTS_COMPILED = "results/verl-qwen2.5-1.5b-h200x4-layouts-compiled.json"
 LAYOUTS_UNIT_TEMPERATURE = "results/verl-qwen2.5-1.5b-h200x4-layouts-unit-temperature.json"
 # The trials with the padded layout gathered as verl gathers it, at 16 prompts x 8, two hosts.
 LAYOUTS_B16 = "results/verl-qwen2.5-1.5b-h200x4-layouts-b16-trials.json"
+# verl's runs and three rounds of trials of each layout on one host, at 16 prompts x 8.
+LAYOUTS_B16_VERL = "results/verl-qwen2.5-1.5b-h200x4-layouts-b16.json"
 PADDED_GATHER = "results/padded-gather-h200-2026-11-28.json"
 
 CLAIMS: list[Claim] = [
@@ -141,6 +145,12 @@ CLAIMS: list[Claim] = [
     Claim("packed-job", packed_job),
     Claim("packed-job-headline", packed_job_headline),
     Claim("layout", layout),
+    Claim("layout-verl-b16", layout_verl(LAYOUTS_B16_VERL, probe=probe_ratios())),
+    Claim("layout-verl-b16-steps", layout_verl_steps(LAYOUTS_B16_VERL)),
+    Claim("layout-verl-b16-peaks", layout_verl_warmup_peaks(LAYOUTS_B16_VERL)),
+    Claim("layout-verl-b16-order", layout_verl_order(LAYOUTS_B16_VERL, "p4")),
+    Claim("layout-verl-32-order", layout_verl_order(LAYOUTS, "p4")),
+    Claim("layout-verl-b16-hosts", layout_verl_hosts(LAYOUTS_B16_VERL)),
     Claim("padded-gather", padded_gather(PADDED_GATHER)),
     Claim(
         "padded-update",

@@ -360,3 +360,117 @@ def layout_verl_log_prob_peaks(stages: list[tuple[str, str]], verl: str) -> Call
         return [*table(header, rows), Line(""), generated_from(*sources)]
 
     return build
+
+
+def _verl_update_peaks(run: dict[str, Any]) -> tuple[float, int, float, int] | None:
+    """A traced verl run's update: its warm-up step's peak allocated GiB and largest
+    micro-batch (tokens), then the run's peak through all its steps and its largest
+    micro-batch. verl's process peak is never reset, so each pass records the peak since the
+    run started: at the warm-up step's last update pass it is that step's own (the log-prob
+    passes before it hold less), later only the run's."""
+    warmup = run.get("warmup_steps", 1)
+    steps = warmup + len(verl_steps(run))
+    passes = [
+        r
+        for r in run.get("trace") or []
+        if r.get("call") == "forward_backward_batch" and not r.get("forward_only")
+    ]
+    if not passes or len(passes) % steps:
+        return None
+    first = passes[: len(passes) // steps * warmup]
+    return (
+        first[-1]["max_allocated_gib"],
+        max(n for r in first for n in r["micro_batch_tokens"]),
+        max(r["max_allocated_gib"] for r in passes),
+        max(n for r in passes for n in r["micro_batch_tokens"]),
+    )
+
+
+def layout_verl_warmup_peaks(rel: str) -> Callable[[], list[Line]]:
+    """The update's peak of each config of ``rel`` (a traced ``verl_compare`` file), the
+    trials' beside verl's warm-up step's, which trains on the batch the trials train on (the
+    job's first draw), and beside verl's whole run's, which holds its later steps' batches too;
+    each with its largest micro-batch's tokens (the trials': as they cut the first draw,
+    ``drawn_update_micro_batches``)."""
+    from benchmarks.claims.padded_logits import drawn_update_micro_batches
+
+    def build() -> list[Line]:
+        run = load(rel).get("run", load(rel))
+        header = [
+            "config",
+            "trial: update's peak GiB (median, n)",
+            "trial: largest micro-batch, tokens",
+            "verl's warm-up step: peak GiB",
+            "verl's warm-up step: largest micro-batch, tokens",
+            "trial off verl's warm-up step",
+            "verl's run, all its steps: peak GiB",
+            "verl's run: largest micro-batch, tokens",
+        ]
+        rows = []
+        for config in run["configs"]:
+            trials = [
+                r
+                for r in run["runs"]
+                if r["config"] == config and r["kind"] == "trial" and r["status"] == "ok"
+            ]
+            verls = [r for r in run["runs"] if r["config"] == config and r["kind"] == "verl"]
+            peaks = [r["metrics"]["update_actor_max_allocated_gib"] for r in trials]
+            verl = _verl_update_peaks(verls[0]) if verls else None
+            if not peaks or verl is None:
+                continue
+            (first_draw,) = drawn_update_micro_batches(run, config)
+            trial_peak = statistics.median(peaks)
+            cells = [
+                config,
+                f"{trial_peak:.2f} (n={len(peaks)})",
+                str(max(sum(mb) for mb in first_draw)),
+                f"{verl[0]:.2f}",
+                str(verl[1]),
+                error_pct(trial_peak, verl[0]),
+                f"{verl[2]:.2f}",
+                str(verl[3]),
+            ]
+            rows.append((cells, (f"{rel}#{config}",)))
+        return [*_measured_on(load(rel), rel), *table(header, rows), Line(""), generated_from(rel)]
+
+    return build
+
+
+def layout_verl_order(rel: str, config: str) -> Callable[[], list[Line]]:
+    """Per step of ``config``'s traced verl run in ``rel`` (the warm-up first): the largest
+    update micro-batch verl cut (tokens), the most a micro-batch of that many sequences could
+    hold (the step's longest sequences together: what a batch sorted by length puts last), and
+    the largest of the trial's cut of the same drawn lengths in the order the trial gives them
+    (``drawn_update_micro_batches``)."""
+    from benchmarks.claims.padded_logits import drawn_update_micro_batches
+
+    def build() -> list[Line]:
+        run = load(rel).get("run", load(rel))
+        (verl,) = [r for r in run["runs"] if r["config"] == config and r["kind"] == "verl"]
+        warmup = verl.get("warmup_steps", 1)
+        steps = warmup + len(verl_steps(verl))
+        passes = [
+            r
+            for r in verl.get("trace") or []
+            if r.get("call") == "forward_backward_batch" and not r.get("forward_only")
+        ]
+        per = len(passes) // steps
+        drawn = drawn_update_micro_batches(run, config, steps)
+        header = [
+            "step",
+            "verl: largest micro-batch, tokens",
+            "the step's longest sequences together, tokens",
+            "trial's cut: largest micro-batch, tokens",
+        ]
+        rows = []
+        for k in range(steps):
+            verl_largest = max(n for r in passes[k * per : (k + 1) * per] for n in r["micro_batch_tokens"])
+            micro_batches = drawn[k]
+            size = max(len(mb) for mb in micro_batches)
+            longest = sum(sorted((n for mb in micro_batches for n in mb), reverse=True)[:size])
+            label = f"{k} (warm-up)" if k < warmup else str(k)
+            cells = [label, str(verl_largest), str(longest), str(max(sum(mb) for mb in micro_batches))]
+            rows.append((cells, (f"{rel}#{config}",)))
+        return [*table(header, rows), Line(""), generated_from(rel)]
+
+    return build

@@ -63,11 +63,11 @@ def padded_gather(rel: str) -> Callable[[], list[Line]]:
     return build
 
 
-def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> list[tuple[float, float, int]]:
+def drawn_update_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> list[list[list[int]]]:
     """For each of the first ``steps`` batches the job draws (the first is the one every trial
-    trains on and verl's warm-up step), ``P`` and ``R`` (GiB) of the widest padded
-    micro-batch of ``config`` in ``run``'s workload, in verl's batch order, and its padded
-    positions."""
+    trains on and verl's warm-up step), the update's micro-batches of ``config`` in ``run``'s
+    workload, each as its sequences' lengths (prompt + response), cut as the trial cuts them
+    (``trials.batching.update_plan``) from the batch in verl's order."""
     from autotuner.spec import load_job_spec
     from autotuner.trialspec import build_trial_spec
     from benchmarks.gpu.verl_compare import scaled
@@ -84,7 +84,10 @@ def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> li
     batch = trial.batch
     assert batch is not None
     prompts, responses = steps_lengths(batch, steps)
-    rows = int(knobs["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"])
+    actor = "actor_rollout_ref.actor."
+    dynamic = str(knobs.get(f"{actor}use_dynamic_bsz", False)).lower() == "true"
+    rows = int(knobs.get(f"{actor}ppo_micro_batch_size_per_gpu") or 1)
+    budget = int(knobs.get(f"{actor}ppo_max_token_len_per_gpu") or 0)
     out = []
     for step in range(steps):
         drawn = range(step * batch.prompts, (step + 1) * batch.prompts)
@@ -92,15 +95,29 @@ def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> li
         step_responses = [n for i in drawn for n in responses[i]]
         order = verl_batch_order(step_prompts, step_responses, batch.train_ranks)[: batch.train_sequences]
         ordered = [step_prompts[i] + step_responses[i] for i in order]
-        widest = (0.0, 0.0, 0)
-        for mb in update_plan(ordered, trial.local_mini_batch_size, rows, False, 0):
-            lengths = [ordered[i] for i in mb.indices]
-            positions = len(lengths) * max(lengths)
-            if positions > widest[2]:
-                bytes_per_position = arch.vocab_size * BF16 / GIB
-                widest = (positions * bytes_per_position, sum(lengths) * bytes_per_position, positions)
-        out.append(widest)
+        plan = update_plan(ordered, trial.local_mini_batch_size, rows, dynamic, budget)
+        out.append([[ordered[i] for i in mb.indices] for mb in plan])
     return out
+
+
+def padded_micro_batches(run: dict[str, Any], config: str, steps: int = 1) -> list[tuple[float, float, int]]:
+    """For each of the first ``steps`` batches the job draws, ``P`` and ``R`` (GiB) of the
+    widest padded micro-batch of ``config`` in ``run``'s workload
+    (``drawn_update_micro_batches``), and its padded positions."""
+    bytes_per_position = load_vocab(run) * BF16 / GIB
+    out = []
+    for micro_batches in drawn_update_micro_batches(run, config, steps):
+        widest = max(micro_batches, key=lambda lengths: len(lengths) * max(lengths))
+        positions = len(widest) * max(widest)
+        out.append((positions * bytes_per_position, sum(widest) * bytes_per_position, positions))
+    return out
+
+
+def load_vocab(run: dict[str, Any]) -> int:
+    """The vocabulary of ``run``'s model."""
+    from autotuner.spec import load_job_spec
+
+    return load_job_spec(HERE.parent / run["job"]).validate_model().vocab_size
 
 
 def _run_of(rel: str, host: str | None) -> dict[str, Any]:
