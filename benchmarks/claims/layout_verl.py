@@ -362,6 +362,15 @@ def layout_verl_log_prob_peaks(stages: list[tuple[str, str]], verl: str) -> Call
     return build
 
 
+def _update_passes(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The update passes of a traced verl run, in order (one per mini-batch, every step)."""
+    return [
+        r
+        for r in run.get("trace") or []
+        if r.get("call") == "forward_backward_batch" and not r.get("forward_only")
+    ]
+
+
 def _verl_update_peaks(run: dict[str, Any]) -> tuple[float, int, float, int] | None:
     """A traced verl run's update: its warm-up step's peak allocated GiB and largest
     micro-batch (tokens), then the run's peak through all its steps and its largest
@@ -370,11 +379,7 @@ def _verl_update_peaks(run: dict[str, Any]) -> tuple[float, int, float, int] | N
     passes before it hold less), later only the run's."""
     warmup = run.get("warmup_steps", 1)
     steps = warmup + len(verl_steps(run))
-    passes = [
-        r
-        for r in run.get("trace") or []
-        if r.get("call") == "forward_backward_batch" and not r.get("forward_only")
-    ]
+    passes = _update_passes(run)
     if not passes or len(passes) % steps:
         return None
     first = passes[: len(passes) // steps * warmup]
@@ -449,11 +454,7 @@ def layout_verl_order(rel: str, config: str) -> Callable[[], list[Line]]:
         (verl,) = [r for r in run["runs"] if r["config"] == config and r["kind"] == "verl"]
         warmup = verl.get("warmup_steps", 1)
         steps = warmup + len(verl_steps(verl))
-        passes = [
-            r
-            for r in verl.get("trace") or []
-            if r.get("call") == "forward_backward_batch" and not r.get("forward_only")
-        ]
+        passes = _update_passes(verl)
         per = len(passes) // steps
         drawn = drawn_update_micro_batches(run, config, steps)
         header = [
