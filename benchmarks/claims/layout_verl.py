@@ -19,6 +19,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from autotuner.noise import Verdict, compare, spread_pct
 from benchmarks.claims.data import (
     Line,
     error_pct,
@@ -76,6 +77,96 @@ def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
                 s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)
             ]
     return rates
+
+
+def paired_ratios(doc: dict[str, Any], reference: str = REFERENCE) -> dict[str, dict[str, list[float]]]:
+    """Per config of a ``verl_compare`` file, in its order: each side's update rate over the
+    reference's, pair by pair: a trial's over the reference's trial of the same round (on one
+    host of several GPUs the lanes run their rounds at about the same time), each measured
+    step of verl's over the reference's step of the same run round and index (both train the
+    same drawn batch). The pairs' scatter is each side's own noise in the ratio."""
+    run = doc.get("run", doc)
+    trial: dict[tuple[str, Any], float] = {}
+    verl: dict[tuple[str, Any, int], float] = {}
+    for r in run["runs"]:
+        if r["kind"] == "trial" and r["status"] == "ok":
+            trial[r["config"], r.get("round")] = (
+                r["metrics"]["train_tokens"] / r["phase_timings_s"]["update_actor"]
+            )
+        elif r["kind"] == "verl" and r["status"] in VERL_RUN_DONE:
+            for k, s in enumerate(verl_steps(r)):
+                verl[r["config"], r.get("round"), k] = s["perf/total_num_tokens"] / s["timing_s/update_actor"]
+    out: dict[str, dict[str, list[float]]] = {}
+    for config in run["configs"]:
+        out[config] = {
+            "trial": [
+                v / trial[(reference, *key[1:])]
+                for key, v in trial.items()
+                if key[0] == config and (reference, *key[1:]) in trial
+            ],
+            "verl": [
+                v / verl[(reference, *key[1:])]
+                for key, v in verl.items()
+                if key[0] == config and (reference, *key[1:]) in verl
+            ],
+        }
+    return out
+
+
+def layout_verl_paired(rel: str, reference: str = REFERENCE) -> Callable[[], list[Line]]:
+    """The ratios of ``rel``'s configs to ``reference``'s taken pair by pair
+    (``paired_ratios``): each side's ratios, their median and spread, the trial's median off
+    verl's, and the verdict by the project's tie rule (``autotuner.noise.compare``: a
+    difference no larger than the larger of the two spreads is a tie)."""
+
+    def build() -> list[Line]:
+        doc = load(rel)
+        header = [
+            "config",
+            f"trial: ratio to {reference}, round by round",
+            "trial: median (spread)",
+            f"verl: ratio to {reference}, step by step",
+            "verl: median (spread)",
+            "trial off verl",
+            "verdict",
+        ]
+        rows, off = [], {}
+        paired = paired_ratios(doc, reference)
+        for config, pairs in paired.items():
+            t, v = pairs["trial"], pairs["verl"]
+            if config == reference or not t or not v:
+                continue
+            tm, vm = statistics.median(t), statistics.median(v)
+            off[config] = 100 * (tm / vm - 1)
+            band = max(spread_pct(t) or 0.0, spread_pct(v) or 0.0)
+            verdict = compare(tm, vm, band)
+            cells = [
+                config,
+                ", ".join(f"{x:.2f}" for x in t),
+                _ratio_cell(t),
+                ", ".join(f"{x:.2f}" for x in v),
+                _ratio_cell(v),
+                f"{off[config]:+.1f}%",
+                "tie" if verdict is Verdict.TIE else f"trial {verdict} (beyond the {band:.1f}% band)",
+            ]
+            rows.append((cells, (f"{rel}#{config}",)))
+        compared = {c: p for c, p in paired.items() if c != reference}
+        return [
+            *_measured_on(doc, rel),
+            *table(header, rows),
+            Line(""),
+            _verdict(compared, off, reference, WITHIN_PCT, rel),
+            Line(""),
+            generated_from(rel),
+        ]
+
+    return build
+
+
+def _ratio_cell(values: list[float]) -> str:
+    spread = spread_pct(values)
+    tail = f" ({spread:.1f}%)" if spread is not None else " (n=1)"
+    return f"{statistics.median(values):.2f}{tail}"
 
 
 def _per_config(

@@ -15,6 +15,7 @@ from benchmarks.claims.data import HERE
 from benchmarks.claims.layout_verl import (
     layout_verl,
     layout_verl_hosts,
+    layout_verl_paired,
     layout_verl_steps,
     layout_verl_update,
     probe_ratios,
@@ -216,3 +217,85 @@ def test_the_trials_in_verls_order_stand_beside_the_layouts_verl_runs_unchanged(
     for config in ("p16", "dyn16384", "pad4"):
         trial = statistics.median(rates[config]["trial"]) / statistics.median(rates["p4"]["trial"])
         assert len(rates[config]["trial"]) == 3 and ratios[config][2] == f"{trial:.2f}"
+
+
+B16 = "results/verl-qwen2.5-1.5b-h200x4-layouts-b16.json"
+
+
+def _update_seconds(doc: dict, config: str) -> tuple[dict[int, float], list[float], int]:
+    """``config``'s trials' update seconds by round, its verl run's update seconds per
+    measured step, and the tokens of the batch every trial trains on."""
+    runs = [r for r in doc["run"]["runs"] if r["config"] == config]
+    trials = {r["round"]: r["phase_timings_s"]["update_actor"] for r in runs if r["kind"] == "trial"}
+    (verl,) = [r for r in runs if r["kind"] == "verl"]
+    steps = [s["timing_s/update_actor"] for s in verl["steps"][verl["warmup_steps"] :]]
+    (tokens,) = {r["metrics"]["train_tokens"] for r in runs if r["kind"] == "trial"}
+    return trials, steps, tokens
+
+
+def test_the_paired_ratios_are_each_runs_seconds_against_the_references_run_beside_it() -> None:
+    # Every trial of the file trains on one batch and verl's step k on the same batch in every
+    # config, so each pair's ratio of rates is the reference's seconds over the config's.
+    doc = json.loads((HERE / B16).read_text())
+    lines = [line.text for line in layout_verl_paired(B16)()]
+    rows = _rows(lines)
+    assert list(rows) == ["p16", "dyn16384", "pad4"]  # the reference row is not its own pair
+    ref_trials, ref_steps, ref_tokens = _update_seconds(doc, "p4")
+    for config, row in rows.items():
+        trials, steps, tokens = _update_seconds(doc, config)
+        assert tokens == ref_tokens
+        by_round = [ref_trials[k] / trials[k] for k in sorted(trials)]
+        by_step = [a / b for a, b in zip(ref_steps, steps, strict=True)]
+        assert row[0] == ", ".join(f"{x:.2f}" for x in by_round)
+        assert row[2] == ", ".join(f"{x:.2f}" for x in by_step)
+        t, v = statistics.median(by_round), statistics.median(by_step)
+        assert row[1].startswith(f"{t:.2f} (") and row[3].startswith(f"{v:.2f} (")
+        assert row[4] == f"{100 * (t / v - 1):+.1f}%"
+        band = max(100 * (max(x) - min(x)) / statistics.median(x) for x in (by_round, by_step))
+        beyond = f"trial {'faster' if t > v else 'slower'} (beyond the {band:.1f}% band)"
+        assert row[5] == ("tie" if abs(t - v) <= max(t, v) * band / 100 else beyond)
+    # Paired, the three rows lie within 10% of verl's; as a ratio of medians two did not.
+    assert lines[-3].endswith("Every row within 10%: yes.")
+    medians = _rows([line.text for line in layout_verl(B16)()])
+    assert [abs(float(medians[c][-1].rstrip("%"))) > 10 for c in ("p16", "dyn16384")] == [True, True]
+
+
+def test_a_paired_difference_beyond_both_spreads_is_named_with_its_band(tmp_path) -> None:
+    def trial(config: str, round_: int, seconds: float) -> dict:
+        return {
+            "config": config,
+            "kind": "trial",
+            "status": "ok",
+            "round": round_,
+            "metrics": {"train_tokens": 1000.0},
+            "phase_timings_s": {"update_actor": seconds},
+        }
+
+    def verl(config: str, seconds: list[float]) -> dict:
+        steps = [{"perf/total_num_tokens": 1000.0, "timing_s/update_actor": s} for s in [9.9, *seconds]]
+        return {
+            "config": config,
+            "kind": "verl",
+            "status": "ok",
+            "round": 0,
+            "warmup_steps": 1,
+            "steps": steps,
+        }
+
+    runs = [trial("p4", k, s) for k, s in enumerate([10.0, 10.0, 10.0])]
+    runs += [trial("fast", k, s) for k, s in enumerate([4.0, 4.0, 4.1])]  # ratios 2.50, 2.50, 2.44
+    runs += [trial("same", k, s) for k, s in enumerate([5.0, 5.0, 5.0])]
+    runs += [verl("p4", [10.0, 10.0, 10.0]), verl("fast", [5.0, 5.0, 5.0]), verl("same", [5.0, 4.5, 5.0])]
+    runs.append(trial("lonely", 5, 3.0))  # no p4 trial of its round, no verl run
+    doc = {"run": {"configs": {"p4": {}, "fast": {}, "same": {}, "lonely": {}}, "runs": runs}}
+    path = tmp_path / "pairs.json"
+    path.write_text(json.dumps(doc))
+    lines = [line.text for line in layout_verl_paired(str(path))()]
+    rows = _rows(lines)
+    assert rows["fast"][4:] == ["+25.0%", "trial faster (beyond the 2.4% band)"]
+    assert rows["same"][4:] == ["+0.0%", "tie"]  # verl's 11.1% spread makes the band
+    assert "lonely" not in rows
+    assert lines[-3] == (
+        "The trial's ratio within 10% of verl's: 1 of 2 rows (same); off by more: fast (+25.0%); "
+        "not measured by both: lonely. Every row within 10%: no."
+    )
