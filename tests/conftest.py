@@ -90,10 +90,25 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 # --- Running in parallel (scripts/test.sh: pytest-xdist) -------------------------------------
 # Fixtures that start something expensive once for many tests (a server with its Ray and a
-# finished job, a browser, a module's server scene, a vLLM engine, a private PostgreSQL).
-# Under xdist every test that uses one runs on the same worker (``--dist loadgroup``), so it
-# is started once, not once per worker.
-SHARED_FIXTURES = frozenset({"server", "browser", "scene", "utf8_server", "vllm_engine", "pg"})
+# finished job, a browser, a module's server scene, a vLLM engine, a private PostgreSQL, a
+# module's local Ray, verl's environment run once for a module's checks). Under xdist every
+# test that uses one runs on the same worker (``--dist loadgroup``), so it is started once,
+# not once per worker.
+SHARED_FIXTURES = frozenset(
+    {
+        "server",
+        "browser",
+        "scene",
+        "utf8_server",
+        "vllm_engine",
+        "pg",
+        "ray_local",  # tests/autotuner/conftest.py: one Ray per module
+        "ray_with_4_gpus",  # tests/autotuner/test_packing.py
+        "ray_with_a_gpu",  # tests/web/test_verl_verified.py
+        "timed_cut",  # tests/trials/test_verl_cut.py: verl's cut of one plan, timed once
+        "verl_scripts",  # tests/trials/test_verl_cut.py: verl's code on the batch, one process
+    }
+)
 
 
 # Modules whose tests must not run beside each other, until they are fixed, and why.
@@ -105,19 +120,23 @@ SAME_WORKER_MODULES = {
 
 
 def _groups(item: pytest.Item) -> set[str]:
-    """The xdist groups of a test: its ``xdist_group`` marks; where a shared fixture it uses is
-    defined (its conftest's folder, or its module), so that a folder's tests sharing a server
-    stay together; its module, if listed in SAME_WORKER_MODULES."""
+    """The xdist groups of a test: its ``xdist_group`` marks; for a shared fixture it uses,
+    where it is set up once: its module for a module-scoped one (a conftest's module-scoped
+    Ray starts once per module), else where it is defined (its conftest's folder, or its
+    module), so that a folder's tests sharing a server stay together; its module, if listed
+    in SAME_WORKER_MODULES."""
     groups = {
         str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
         for mark in item.iter_markers("xdist_group")
     }
+    module = item.nodeid.split("::", 1)[0]
     defined = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
     for name in SHARED_FIXTURES.intersection(getattr(item, "fixturenames", ())):
         definitions = defined.get(name)
-        if definitions and definitions[-1].scope != "function":
+        if definitions and definitions[-1].scope == "module":
+            groups.add(module)
+        elif definitions and definitions[-1].scope != "function":
             groups.add(definitions[-1].baseid or "root")
-    module = item.nodeid.split("::", 1)[0]
     if module in SAME_WORKER_MODULES:
         groups.add(module)
     return groups

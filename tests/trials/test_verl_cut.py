@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -50,9 +52,24 @@ def _plan(budget: int, use_ref: bool = True) -> CutPlan:
     )
 
 
-def test_more_micro_batches_cost_verl_more_to_cut() -> None:
+@pytest.fixture(scope="module")
+def timed_cut(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PreparedCut]:
+    """verl's cut of ``_plan(3584)`` timed once for the module's tests that read it, in verl's
+    environment, into a host cache of its own (``timed_cut.env["cache_dir"]``): one verl
+    process, not one per test. The tests on readying, cancelling and a trial's own cut start
+    their own."""
+    env = {"python": verl_python(), "cache_dir": str(tmp_path_factory.mktemp("timed-cut") / "cuts")}
+    cut = PreparedCut(_plan(3584), env)
+    try:
+        cut.result()
+        yield cut
+    finally:
+        cut.cancel()
+
+
+def test_more_micro_batches_cost_verl_more_to_cut(timed_cut: PreparedCut) -> None:
     env = {"python": verl_python()}
-    many = measure(_plan(3584), env)  # 67 micro-batches per log-prob pass
+    many = timed_cut.value  # 67 micro-batches per log-prob pass
     few = measure(_plan(65536, use_ref=False), env)  # 4
     assert many is not None and few is not None
     assert set(PHASES) <= set(many) and {"old_log_prob", "update_actor"} <= set(few)
@@ -61,11 +78,11 @@ def test_more_micro_batches_cost_verl_more_to_cut() -> None:
     assert many["old_log_prob"] > 4 * few["old_log_prob"]
 
 
-def test_a_cut_records_the_collectors_share_and_the_heap() -> None:
+def test_a_cut_records_the_collectors_share_and_the_heap(timed_cut: PreparedCut) -> None:
     """Each phase is cut up to three times (a full collection lands in some cuts only) and
     its seconds are their mean; beside them the collector's seconds and collections and the
     process's heap."""
-    cut = measure(_plan(3584), {"python": verl_python()})
+    cut = timed_cut.value
     assert cut is not None
     for phase in PHASES:
         assert 1 <= cut[f"{phase}_cuts"] <= 3
@@ -97,44 +114,32 @@ legacy = verl_batch(p["prompt_lengths"], p["response_lengths"], p["max_prompt_le
                     p["max_response_length"])
 later = with_entries(with_entries(worker, REF_ENTRIES), UPDATE_ENTRIES)
 lengths = [int(n) for n in worker["input_ids"].offsets().diff()]
-print(json.dumps({"keys": _keys(worker), "legacy": _keys(legacy), "later": _keys(later)["nested"],
-                  "lengths": lengths}))
+print("layouts", json.dumps({"keys": _keys(worker), "legacy": _keys(legacy), "later": _keys(later)["nested"],
+                             "lengths": lengths}))
 """
 
 
-def test_the_cut_slices_the_batch_verls_worker_holds() -> None:
+def test_the_cut_slices_the_batch_verls_worker_holds(verl_scripts: dict[str, dict]) -> None:
     """verl's worker holds every per-sequence tensor nested (its cut unbinds and rebuilds each
     of them for every micro-batch), more of them for each later pass, as its trace shows;
     the legacy trainer's batch, two."""
     plan = _plan(3584)
-    done = subprocess.run(
-        [verl_python(), "-c", _LAYOUTS, json.dumps(dataclasses.asdict(plan))],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=dict(os.environ) | {"PYTHONPATH": str(ROOT)},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out = verl_scripts["layouts"]
     assert out["keys"]["dense"] == [] and len(out["keys"]["nested"]) == 9
     assert len(out["later"]) == 15 and {"advantages", "old_log_probs"} <= set(out["later"])
     assert sorted(out["legacy"]["nested"]) == ["input_ids", "position_ids"]
     assert out["lengths"] == [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
 
 
-def test_verls_cut_hands_the_trial_its_micro_batches(tmp_path: Path) -> None:
+def test_verls_cut_hands_the_trial_its_micro_batches(timed_cut: PreparedCut) -> None:
     """verl's cut says which sequences each of its micro-batches holds, in verl's order: every
     sequence once per pass, within the token budget (verl adds micro-batches until each fits),
     the update's within each mini-batch; read back from the host's cache alike."""
-    env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
+    env = timed_cut.env
     plan = _plan(3584)
     lengths = [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
-    cut = PreparedCut(plan, env)
-    try:
-        assert cut.result() is not None
-    finally:
-        cut.cancel()
+    cut = timed_cut
+    assert cut.result() is not None
     assert set(cut.partitions) == set(PHASES)
     for phase in ("old_log_prob", "ref_log_prob"):
         [micro_batches] = cut.partitions[phase]
@@ -198,12 +203,13 @@ def test_a_trial_counts_verls_cut_in_its_phases(tiny_config) -> None:
     assert not any(k.endswith("_verl_cut_s") for k in plain_metrics)
 
 
-def test_a_cut_timed_on_this_host_is_read_back(tmp_path: Path) -> None:
+def test_a_cut_timed_on_this_host_is_read_back(timed_cut: PreparedCut, tmp_path: Path) -> None:
     """Trials of one job share their batch: the second trial with the same plan reads the
     first one's timing back instead of timing it again; another plan is timed afresh."""
+    first = timed_cut.value  # timed into a cache of its own: one file, copied here
+    assert first is not None and len(list(Path(timed_cut.env["cache_dir"]).glob("*.json"))) == 1
+    shutil.copytree(timed_cut.env["cache_dir"], tmp_path / "cuts")
     env = {"python": verl_python(), "cache_dir": str(tmp_path / "cuts")}
-    first = measure(_plan(3584), env)
-    assert first is not None and len(list((tmp_path / "cuts").glob("*.json"))) == 1
     assert measure(_plan(3584), env) == first  # timed again, the floats would differ
     other = measure(_plan(7168), env)
     assert other is not None and other != first
@@ -277,21 +283,19 @@ select = {}
 for per in (64, 16):
     select[per] = sum(mini_batch_timed(update, list(range(i, i + per)), i + per == size)[1]["wall_s"]
                       for i in range(0, size, per))
-print(json.dumps({"gathered": gathered, "reordered": cut["indices"] is not None,
-                  "mini": [int(n) for n in mini["input_ids"].offsets().diff()],
-                  "mini_keys": sorted(mini.keys()), "tokens": mini["global_token_num"],
-                  "select": select}))
+print("around", json.dumps({"gathered": gathered, "reordered": cut["indices"] is not None,
+                            "mini": [int(n) for n in mini["input_ids"].offsets().diff()],
+                            "mini_keys": sorted(mini.keys()), "tokens": mini["global_token_num"],
+                            "select": select}))
 """
 
 
-def test_verls_work_around_its_micro_batches_runs_on_the_trials_batch() -> None:
-    """What the cut's process times beside the cut is verl's own code on the batch's shape: a
-    log-prob pass's outputs, nested by sequence as verl's forward makes them, gathered back
-    into the batch's order under dynamic batches; each update mini-batch taken out whole,
-    its token counts read; a selection's cost grows with the mini-batches taken."""
-    plan = _plan(3584)
+@pytest.fixture(scope="module")
+def verl_scripts() -> dict[str, dict]:
+    """``_AROUND`` and then ``_LAYOUTS`` on ``_plan(3584)``, in one process of verl's
+    environment (verl imported once for both): each script's output by its name."""
     done = subprocess.run(
-        [verl_python(), "-c", _AROUND, json.dumps(dataclasses.asdict(plan))],
+        [verl_python(), "-c", _AROUND + _LAYOUTS, json.dumps(dataclasses.asdict(_plan(3584)))],
         capture_output=True,
         text=True,
         timeout=300,
@@ -299,7 +303,22 @@ def test_verls_work_around_its_micro_batches_runs_on_the_trials_batch() -> None:
         env=dict(os.environ) | {"PYTHONPATH": str(ROOT)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    outputs = {}
+    for line in done.stdout.splitlines():
+        name, _, rest = line.partition(" ")
+        if name in ("layouts", "around") and rest.startswith("{"):
+            outputs[name] = json.loads(rest)
+    assert set(outputs) == {"layouts", "around"}, done.stdout[-3000:]
+    return outputs
+
+
+def test_verls_work_around_its_micro_batches_runs_on_the_trials_batch(verl_scripts: dict[str, dict]) -> None:
+    """What the cut's process times beside the cut is verl's own code on the batch's shape: a
+    log-prob pass's outputs, nested by sequence as verl's forward makes them, gathered back
+    into the batch's order under dynamic batches; each update mini-batch taken out whole,
+    its token counts read; a selection's cost grows with the mini-batches taken."""
+    plan = _plan(3584)
+    out = verl_scripts["around"]
     lengths = [p + r for p, r in zip(plan.prompt_lengths, plan.response_lengths, strict=True)]
     assert out["reordered"]  # dynamic batches: verl's micro-batches are not in the batch's order
     assert out["gathered"] == {"log_probs": lengths, "entropy": lengths}
