@@ -19,7 +19,7 @@ import statistics
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from autotuner.noise import Verdict, compare, spread_pct
+from autotuner.noise import Noise, Verdict, compare, spread_pct, tie_band_pct
 from benchmarks.claims.data import (
     Line,
     error_pct,
@@ -69,14 +69,20 @@ def update_rates(doc: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     rates: dict[str, dict[str, list[float]]] = {c: {"trial": [], "verl": []} for c in run["configs"]}
     for r in run["runs"]:
         if r["kind"] == "trial" and r["status"] == "ok":
-            rates[r["config"]]["trial"].append(
-                r["metrics"]["train_tokens"] / r["phase_timings_s"]["update_actor"]
-            )
+            rates[r["config"]]["trial"].append(_trial_rate(r))
         elif r["kind"] == "verl" and r["status"] in VERL_RUN_DONE:
-            rates[r["config"]]["verl"] += [
-                s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)
-            ]
+            rates[r["config"]]["verl"] += _verl_step_rates(r)
     return rates
+
+
+def _trial_rate(r: dict[str, Any]) -> float:
+    """A trial's update tokens/s: its ``train_tokens`` over its ``update_actor`` phase."""
+    return float(r["metrics"]["train_tokens"] / r["phase_timings_s"]["update_actor"])
+
+
+def _verl_step_rates(r: dict[str, Any]) -> list[float]:
+    """A verl run's update tokens/s in each measured step."""
+    return [s["perf/total_num_tokens"] / s["timing_s/update_actor"] for s in verl_steps(r)]
 
 
 def paired_ratios(doc: dict[str, Any], reference: str = REFERENCE) -> dict[str, dict[str, list[float]]]:
@@ -86,31 +92,27 @@ def paired_ratios(doc: dict[str, Any], reference: str = REFERENCE) -> dict[str, 
     step of verl's over the reference's step of the same run round and index (both train the
     same drawn batch). The pairs' scatter is each side's own noise in the ratio."""
     run = doc.get("run", doc)
-    trial: dict[tuple[str, Any], float] = {}
-    verl: dict[tuple[str, Any, int], float] = {}
+    trial: dict[tuple[Any, ...], float] = {}
+    verl: dict[tuple[Any, ...], float] = {}
     for r in run["runs"]:
         if r["kind"] == "trial" and r["status"] == "ok":
-            trial[r["config"], r.get("round")] = (
-                r["metrics"]["train_tokens"] / r["phase_timings_s"]["update_actor"]
-            )
+            trial[r["config"], r.get("round")] = _trial_rate(r)
         elif r["kind"] == "verl" and r["status"] in VERL_RUN_DONE:
-            for k, s in enumerate(verl_steps(r)):
-                verl[r["config"], r.get("round"), k] = s["perf/total_num_tokens"] / s["timing_s/update_actor"]
-    out: dict[str, dict[str, list[float]]] = {}
-    for config in run["configs"]:
-        out[config] = {
-            "trial": [
-                v / trial[(reference, *key[1:])]
-                for key, v in trial.items()
-                if key[0] == config and (reference, *key[1:]) in trial
-            ],
-            "verl": [
-                v / verl[(reference, *key[1:])]
-                for key, v in verl.items()
-                if key[0] == config and (reference, *key[1:]) in verl
-            ],
-        }
-    return out
+            for k, rate in enumerate(_verl_step_rates(r)):
+                verl[r["config"], r.get("round"), k] = rate
+    return {
+        c: {"trial": _over(trial, c, reference), "verl": _over(verl, c, reference)} for c in run["configs"]
+    }
+
+
+def _over(rates: dict[tuple[Any, ...], float], config: str, reference: str) -> list[float]:
+    """``config``'s rates (keyed by config, then the pair's key) over ``reference``'s of the
+    same pair key, for each key both have."""
+    return [
+        rate / rates[(reference, *key[1:])]
+        for key, rate in rates.items()
+        if key[0] == config and (reference, *key[1:]) in rates
+    ]
 
 
 def layout_verl_paired(rel: str, reference: str = REFERENCE) -> Callable[[], list[Line]]:
@@ -138,7 +140,7 @@ def layout_verl_paired(rel: str, reference: str = REFERENCE) -> Callable[[], lis
                 continue
             tm, vm = statistics.median(t), statistics.median(v)
             off[config] = 100 * (tm / vm - 1)
-            band = max(spread_pct(t) or 0.0, spread_pct(v) or 0.0)
+            band = tie_band_pct(Noise(floor_pct=0.0), spread_pct(t), spread_pct(v))
             verdict = compare(tm, vm, band)
             cells = [
                 config,
