@@ -221,6 +221,7 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
             _fail(str(exc))
     view = service.get_job(job.id)
     console.print(f"stopped: {summary.stop_reason}; outcomes: {summary.counts}")
+    console.print(summary.cost_line(), markup=False, highlight=False)
     console.print(_pareto_table(spec, view.records, summary))
     chosen = view.best
     if chosen is None:
@@ -617,6 +618,14 @@ def status(
         )
     for line in _noise_lines(job):
         console.print(line, markup=False, highlight=False)
+    if job.get("gpu_seconds") is not None:
+        found = (
+            f"; the best was found after {job['gpu_seconds_to_best'] / 60:.1f} of them"
+            if job.get("gpu_seconds_to_best") is not None
+            else ""
+        )
+        so_far = " so far" if job["status"] in ("queued", "running") else ""
+        console.print(f"  cost: {job['gpu_seconds'] / 60:.1f} GPU-minutes{so_far}{found}")
     if job.get("elapsed_s") is not None:
         eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""
         console.print(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")

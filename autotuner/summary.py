@@ -179,6 +179,13 @@ def gpu_seconds(recs: list[TrialRecord]) -> float:
     )
 
 
+def gpu_seconds_to(recs: list[TrialRecord], number: int) -> float:
+    """What the job had spent by the end of run ``number``: the GPU-seconds of the runs
+    numbered up to it. Runs are numbered as they start, so with concurrent trials this counts
+    the runs started before it that were still going, and leaves out any started after it."""
+    return gpu_seconds([r for r in recs if r.number <= number])
+
+
 def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
     """The memory model's error on the trials it predicted before they ran, per phase:
     mean and largest |measured - predicted| (GiB), and the mean relative to measured (%).
@@ -237,6 +244,9 @@ class JobSummary:
     # Measured minus predicted peak memory per phase, over the trials predicted before they ran.
     memory_model_errors: dict[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
+    # What the job had spent once the winner's first run was over: the GPU-seconds of the runs
+    # numbered up to it (runs are numbered as they start; ``gpu_seconds_to``).
+    gpu_seconds_to_best: float | None = None
     # Who picked the winner: "verl" (its best verl-measured median) or "trials" (the trials'
     # figures); each trial verified in verl, by number (``verl_results.summary_of``).
     winner_source: str = "trials"
@@ -266,6 +276,19 @@ class JobSummary:
             else ""
         )
         return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}{in_verl}"
+
+    def cost_line(self) -> str:
+        """What the job cost in GPU time, and what it had cost when the winner first ran."""
+        line = f"cost: {self.gpu_seconds:.0f} GPU-seconds ({self.gpu_seconds / 60:.1f} GPU-minutes) in all"
+        if self.best is None or self.gpu_seconds_to_best is None:
+            return line
+        share = (
+            f", {100 * self.gpu_seconds_to_best / self.gpu_seconds:.0f}% of it" if self.gpu_seconds else ""
+        )
+        return (
+            f"{line}; the winner (trial {self.best}) was found after {self.gpu_seconds_to_best:.0f} "
+            f"GPU-seconds ({self.gpu_seconds_to_best / 60:.1f} GPU-minutes{share})"
+        )
 
     def noise_line(self) -> str:
         """The job's noise and tie band, for the CLI and logs."""
@@ -348,6 +371,7 @@ def summarize(
     if winner is not None:
         out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
         out.best_runs, out.tied_with = winner.n, tied
+        out.gpu_seconds_to_best = gpu_seconds_to(recs, winner.trial.number)
         if winner.n >= 2:
             out.best_throughput_range = [winner.low, winner.high]
             out.best_spread_pct = winner.spread_pct

@@ -178,6 +178,14 @@ class JobPublic(BaseModel):
     baselines: list[BaselinePublic] = Field(
         default_factory=list, description="Its baselines against the winner, ties called as ties."
     )
+    gpu_seconds: float | None = Field(
+        default=None, description="What its runs cost so far: each run's wall time x its GPUs."
+    )
+    gpu_seconds_to_best: float | None = Field(
+        default=None,
+        description="What it had cost when the winner's first run ended: the GPU-seconds of the runs "
+        "numbered up to it (runs are numbered as they start).",
+    )
     spec: dict[str, Any]
 
     @classmethod
@@ -202,9 +210,10 @@ class JobPublic(BaseModel):
         if job.status == "running" and elapsed is not None and done:
             eta = elapsed / done * max(job.trials_total - done, 0)
         runs = runs_of(records)
-        noise, baselines = None, []
+        noise, baselines, cost, cost_to_best = None, [], None, None
         if spec is not None:
             summary = summarize(spec, records, "")
+            cost, cost_to_best = summary.gpu_seconds, summary.gpu_seconds_to_best
             noise = NoisePublic(
                 measured_pct=summary.noise_pct,
                 floor_pct=summary.noise_band_pct,
@@ -244,6 +253,8 @@ class JobPublic(BaseModel):
             else BestTrialPublic.of(best, runs.get(best.number), picked_by, (verl or {}).get(best.number)),
             noise=noise,
             baselines=baselines,
+            gpu_seconds=cost,
+            gpu_seconds_to_best=cost_to_best,
             spec=json.loads(job.spec_json),
         )
 

@@ -136,6 +136,9 @@ def job_report(job: dict[str, Any]) -> list[str]:
     devices = sorted({t["device"] for t in trials if t["device"]})
     counts = Counter(t["status"] for t in trials)
     gpu_s = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials)
+    best = summary.get("best")
+    # runs are numbered as they start: what the job had spent when the winner's first run ended
+    to_best = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials if best is not None and t["number"] <= best)
     measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
     rate = trials_per_hour(job, measured)
     lines = [
@@ -144,6 +147,11 @@ def job_report(job: dict[str, Any]) -> list[str]:
         f"{len(trials)} trials: "
         + ", ".join(f"{n} {s}" for s, n in counts.most_common())
         + f"; {gpu_s:.0f} GPU-seconds in all"
+        + (
+            f" (the winner, trial {best}, found after {to_best:.0f}, {100 * to_best / gpu_s:.0f}%)"
+            if best is not None and gpu_s
+            else ""
+        )
         + (f"; {rate:.1f} measured trials per hour" if rate else "")
         + f"; stopped: {summary.get('stop_reason')}.",
         "",

@@ -44,6 +44,12 @@ def test_a_train_job_runs_to_succeeded_and_reports_its_trials(server, finished_j
             assert t["metrics"]["step_time_s"] > 0 and "update_actor_tokens_per_s" in t["metrics"]
             assert t["device"].startswith("cpu")
             assert t["config"][A + "ppo_micro_batch_size_per_gpu"] in (1, 2, 4)
+        # What the job cost (each run's wall time; a CPU run counts as one device), and what it
+        # had cost when the winner's first run ended: the runs numbered up to it.
+        assert job["gpu_seconds"] == pytest.approx(sum(t["wall_s"] for t in trials))
+        to_best = sum(t["wall_s"] for t in trials if t["number"] <= job["best"]["number"])
+        assert job["gpu_seconds_to_best"] == pytest.approx(to_best)
+        assert 0 < to_best <= job["gpu_seconds"]
         fastest = max(ok, key=lambda t: t["runs"]["median"])  # the median of its runs
         if fastest["runs"]["runs"] == 1:
             assert job["best"]["number"] == fastest["number"]
@@ -150,6 +156,8 @@ def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
     assert "trials: 4/4" in shown.stdout and "best so far: trial" in shown.stdout
     assert "  noise: " in shown.stdout and "tie band" in shown.stdout  # the baselines' spread
     assert re.search(r"verl-v0\.9-defaults \(trial 0\): [\d.]+ tok/s/GPU \(n=3", shown.stdout), shown.stdout
+    cost = f"  cost: {finished_job['gpu_seconds'] / 60:.1f} GPU-minutes; the best was found after "
+    assert f"{cost}{finished_job['gpu_seconds_to_best'] / 60:.1f}" in shown.stdout, shown.stdout
 
     exported = _cli("export", job_id, "--server", server.url)
     assert exported.returncode == 0, exported.stderr

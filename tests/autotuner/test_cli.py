@@ -56,6 +56,10 @@ def test_tune_runs_real_trials_and_writes_a_verl_config(tmp_path, cli_env) -> No
     text = done.stdout
     assert re.search(r"trial\s+0\s+ok", text) and re.search(r"trial\s+1\s+ok", text), text
     assert "Pareto front" in text and "stopped: reached max_trials (2)" in text
+    assert re.search(
+        r"cost: [\d.]+ GPU-seconds \([\d.]+ GPU-minutes\) in all; the winner \(trial \d\) was found after",
+        text,
+    )
     assert "noise not measured (no baseline ran twice); tie band 2% (assumed)" in text
     written = sorted(out.glob("cli-e2e-trial*.yaml"))
     assert len(written) == 1

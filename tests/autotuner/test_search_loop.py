@@ -129,6 +129,16 @@ def test_predicted_ooms_are_never_run_cost_nothing_and_are_infeasible_for_the_sa
     assert summary.counts["predicted_oom"] == len(skipped)
     assert summary.memory_model_errors["train"]["trials"] >= 1
     assert summary.gpu_seconds == pytest.approx(executor.cost_s)
+    # What the job had spent when the winner's first run ended: the runs numbered up to it.
+    assert summary.best is not None
+    to_best = sum(
+        cost for trial_id, *_, cost in executor.history if int(trial_id.rsplit("-", 1)[1]) <= summary.best
+    )
+    assert summary.gpu_seconds_to_best == pytest.approx(to_best)
+    assert 0 < to_best < executor.cost_s, "the winner is not the last run here"
+    assert (
+        f"the winner (trial {summary.best}) was found after {to_best:.0f} GPU-seconds" in summary.cost_line()
+    )
     public = TrialPublic.of(skipped[0])
     assert public.status == "predicted_oom" and public.skipped and not public.measured
 

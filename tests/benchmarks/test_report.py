@@ -83,3 +83,20 @@ def test_an_engine_start_out_of_memory_is_placed_by_its_logged_cause() -> None:
     told = dict(untold, error_message=f"x (the engine's log: {log[19:]})")
     assert "error_cause" not in with_cause(told, log)
     assert "error_cause" not in with_cause(trials[10], log)  # a trial that ran
+
+
+def test_the_report_says_what_the_job_had_spent_when_its_winner_first_ran() -> None:
+    """The Qwen2.5-1.5B job of 2026-11-27 (real data, four trials at once): runs are numbered
+    as they start, so what the job had spent by its winner is every run numbered up to it."""
+    from benchmarks.gpu.report import gpus, report
+
+    doc = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-job-h200.json").read_text())
+    job = doc["jobs"][0]
+    best = job["summary"]["best"]
+    spent = [t["wall_s"] * gpus(t) for t in job["trials"]]
+    to_best = sum(t["wall_s"] * gpus(t) for t in job["trials"] if t["number"] <= best)
+    assert 0 < to_best < sum(spent)
+    line = next(line for line in report(doc).splitlines() if "GPU-seconds in all" in line)
+    assert (
+        f"{sum(spent):.0f} GPU-seconds in all (the winner, trial {best}, found after {to_best:.0f}, " in line
+    )

@@ -9,7 +9,7 @@ from pathlib import Path
 import optuna
 from fastapi.testclient import TestClient
 
-from autotuner.api.web import fmt
+from autotuner.api.web import duration, fmt
 from autotuner.memory import MemoryModel
 from autotuner.replay import Landscape, ReplayExecutor
 from autotuner.space import SearchSpace
@@ -73,3 +73,7 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     assert f"(median of 3, spread {winner.spread_pct:.1f}%)" in row
     assert f"re-run of #{summary.best}" in page and "predicted peak GiB" in page
     assert "memory model" in page
+    # What the job cost in GPU time, and what it had cost when the winner first ran.
+    assert 0 < summary.gpu_seconds_to_best < summary.gpu_seconds  # type: ignore[operator]
+    cost = f"{duration(summary.gpu_seconds)}, the best found after {duration(summary.gpu_seconds_to_best)}"
+    assert "<dd data-gpu-time" in page and cost in page, cost
