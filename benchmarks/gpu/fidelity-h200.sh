@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On an H200 host: the trials' train phase against verl's layouts (layout_bench.py), then the
 # Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
+# PLAN_JOB=benchmarks/jobs/qwen2-7b-grpo-8gpu.yaml: that job instead (any job spec).
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
 # PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
@@ -26,7 +27,8 @@ if [ "${PLAN_LAYOUT:-1}" = 1 ]; then
     > /tmp/at/logs/layout.log 2>&1
   log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
 fi
-log "2: the 1.5B job"
-STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh benchmarks/jobs/qwen2.5-1.5b-grpo.yaml
-while kill -0 "$(cat /tmp/at/logs/qwen2.5-1.5b-grpo.pid)" 2>/dev/null; do sleep 5; done
+job=${PLAN_JOB:-benchmarks/jobs/qwen2.5-1.5b-grpo.yaml}
+log "2: the job $job"
+STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh "$job"
+while kill -0 "$(cat "/tmp/at/logs/$(basename "$job" .yaml).pid")" 2>/dev/null; do sleep 5; done
 log "plan done"
