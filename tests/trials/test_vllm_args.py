@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from trial_helpers import make_spec
 
+from trials.launcher import scratch_dirs
+from trials.rollout.base import DUMMY_MODEL_PREFIX, dummy_model_dir
 from trials.rollout.vllm import engine_kwargs
 
 VERL_ARGS = (
@@ -69,3 +74,18 @@ def test_cuda_engine_is_built_as_verls_colocated_rollout(tiny_config):
         "skip_tokenizer_init": True,
     }
     assert kwargs["compilation_config"] == {"cudagraph_mode": "FULL_AND_PIECEWISE"}
+
+
+def test_trials_of_one_model_share_its_dummy_model_directory(tiny_config):
+    """vLLM keys its compile cache by the model's path: the trials of one model config load
+    it from one directory, named by its content, so a later trial finds the graphs an
+    earlier one compiled (as verl, loading one checkpoint path, does)."""
+    first = dummy_model_dir(make_spec(tiny_config, trial_id="job-shared-0"))
+    assert dummy_model_dir(make_spec(tiny_config, trial_id="job-shared-1")) == first
+    assert Path(first).name.startswith(DUMMY_MODEL_PREFIX)
+    assert json.loads((Path(first) / "config.json").read_text()) == tiny_config
+    assert [p.name for p in Path(first).iterdir()] == ["config.json"]  # no partial file left
+    deeper = {**tiny_config, "num_hidden_layers": tiny_config["num_hidden_layers"] + 1}
+    other = dummy_model_dir(make_spec(deeper, trial_id="job-shared-2"))
+    assert other != first and json.loads((Path(other) / "config.json").read_text()) == deeper
+    assert scratch_dirs("job-shared") == []  # no trial's scratch: a killed trial's clean-up keeps it

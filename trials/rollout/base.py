@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -12,6 +13,9 @@ from typing import Any
 
 from trials.errors import InvalidTrialSpec
 from trials.types import TrialSpec
+
+# The shared dummy-model directories' names in the temporary folder (``dummy_model_dir``).
+DUMMY_MODEL_PREFIX = "autotuner-dummy-model-"
 
 
 @dataclass
@@ -97,9 +101,10 @@ class RolloutBackend(abc.ABC):
     again. ``receive_weights`` runs between ``start`` (or ``wake_up``) and ``generate``,
     once per bucket of a weight sync, in order. All calls come from one thread.
 
-    Ownership: the backend owns every process, temporary directory and environment
-    change it makes; after ``shutdown`` returns, its processes have exited and their
-    memory is released, so the train phase measures only itself.
+    Ownership: the backend owns every process, temporary directory (not the shared
+    ``dummy_model_dir``) and environment change it makes; after ``shutdown`` returns, its
+    processes have exited and their memory is released, so the train phase measures only
+    itself.
 
     Errors: ``start`` lets the engine's own exceptions through (the runner classifies
     them as ``oom`` or ``error`` from their text and the captured log); ``generate``
@@ -154,12 +159,25 @@ class RolloutBackend(abc.ABC):
 
 
 def dummy_model_dir(spec: TrialSpec) -> str:
-    """A fresh temporary directory holding only the spec's ``config.json``: what an engine
-    loads with ``load_format="dummy"`` (random weights of the right shapes). The backend
-    removes it in ``shutdown``."""
-    path = tempfile.mkdtemp(prefix=f"trial-{spec.trial_id}-model-")
-    with open(os.path.join(path, "config.json"), "w") as f:
-        json.dump(spec.model_config, f)
+    """A directory holding only the spec's ``config.json``: what an engine loads with
+    ``load_format="dummy"`` (random weights of the right shapes).
+
+    It is named by the config's content and shared by every trial of that model on the
+    host. vLLM keys its compile cache by the model's path among the rest
+    (``ModelConfig.compute_hash``), so a fresh directory per trial made every trial compile
+    its graphs anew, where verl, loading one checkpoint path, finds them in the cache. The
+    file is written whole (a temporary file renamed over it), so trials starting at once
+    read one complete config; the directory stays (a few KiB)."""
+    text = json.dumps(spec.model_config, sort_keys=True)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"{DUMMY_MODEL_PREFIX}{digest}")
+    os.makedirs(path, exist_ok=True)
+    target = os.path.join(path, "config.json")
+    if not os.path.isfile(target):
+        fd, partial = tempfile.mkstemp(dir=path, prefix=".config-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(partial, target)
     return path
 
 

@@ -1,6 +1,7 @@
 """SGLang's offline ``Engine`` with dummy weights, as verl's SGLang rollout builds it.
 
-The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
+The spec's ``model_config`` is written as ``config.json`` into a directory named by its
+content (``dummy_model_dir``, shared by the host's trials of the model) and
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids
 (``input_ids``) and every request generates exactly its ``max_new_tokens``
 (``ignore_eos``). The knobs go in as the arguments the knob table names for SGLang
@@ -73,7 +74,6 @@ import contextlib
 import logging
 import os
 import re
-import shutil
 import signal
 import sys
 import threading
@@ -294,9 +294,7 @@ class SglangBackend(RolloutBackend):
         wait_s = SHUTDOWN_WAIT_S if self._owns_sigquit else FAILED_START_WAIT_S
         reap_new_children(self._children_before, wait_s)
         self._restore_sigquit()
-        if self._model_dir is not None:
-            shutil.rmtree(self._model_dir, ignore_errors=True)
-            self._model_dir = None
+        self._model_dir = None  # shared by the host's trials of this model (dummy_model_dir)
 
     # ------------------------------------------------------------------ internals
 

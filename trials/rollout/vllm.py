@@ -1,6 +1,7 @@
 """vLLM's offline ``LLM`` engine with dummy weights, as verl's vLLM rollout builds it.
 
-The spec's ``model_config`` is written as ``config.json`` into a temporary directory and
+The spec's ``model_config`` is written as ``config.json`` into a directory named by its
+content (``dummy_model_dir``, shared by the host's trials of the model) and
 loaded with ``load_format="dummy"`` and no tokenizer; prompts go in as token ids and
 every request generates exactly its ``max_tokens`` (``ignore_eos``). The knobs go in as
 the arguments the knob table names for vLLM (``RolloutKnobs.engine_args``, as verl's vLLM
@@ -46,7 +47,6 @@ import gc
 import logging
 import os
 import re
-import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -243,9 +243,7 @@ class VllmBackend(RolloutBackend):
             del llm, core
         gc.collect()
         reap_new_children(self._children_before, SHUTDOWN_WAIT_S)
-        if self._model_dir is not None:
-            shutil.rmtree(self._model_dir, ignore_errors=True)
-            self._model_dir = None
+        self._model_dir = None  # shared by the host's trials of this model (dummy_model_dir)
         if self._saved_kv_env is not None:
             os.environ[CPU_KV_ENV] = self._saved_kv_env
             self._saved_kv_env = None
