@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from typing import Any
 
+from autotuner.compose import ENGINE_PHASES
 from autotuner.noise import Verdict, spread_pct
 
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
@@ -76,6 +77,64 @@ def fmt(value: float | None, digits: int = 1) -> str:
 def gpus(trial: dict[str, Any]) -> int:
     """The GPUs a trial held: as recorded, else its TP size."""
     return int(trial.get("gpus") or trial["config"].get(TP, 1))
+
+
+# Where a trial that ran to the end spent its wall time, in the order it spent it: the
+# metrics that time each part (``trials.runner``); the rest is the interpreter's start,
+# the first weight sync and sleep, and what lies between the parts.
+TRIAL_PARTS = {
+    "actor build": "actor_ready_at_s",
+    "train probe": "train_probe_s",
+    "engine start-up": "engine_startup_s",
+    "measured step": "step_time_s",
+    "engine shutdown": "engine_shutdown_s",
+}
+
+
+def gpu_time_parts(trials: list[dict[str, Any]]) -> dict[str, float] | None:
+    """A job's GPU-seconds by part: each part of the trials that ran to the end
+    (``TRIAL_PARTS``, x their GPUs), the rest of their wall time, and the trials that did
+    not (out of memory, failed, cut off). None where a trial's parts outlast its wall time:
+    trials measured before 2026-11-24 projected their step from sampled micro-batches."""
+    parts = dict.fromkeys([*TRIAL_PARTS, "the rest", "trials that did not finish"], 0.0)
+    for t in trials:
+        held = (t["wall_s"] or 0.0) * gpus(t)
+        if t["status"] != "ok":
+            parts["trials that did not finish"] += held
+            continue
+        metrics = t.get("metrics") or {}
+        # a trial that took over another's rollout spent none of its engine's phases itself
+        adopted = (
+            sum((t.get("phase_timings_s") or {}).get(p, 0.0) for p in ENGINE_PHASES)
+            if "rollout_reused_from_trial" in metrics
+            else 0.0
+        )
+        timed = 0.0
+        for part, metric in TRIAL_PARTS.items():
+            spent = (float(metrics.get(metric, 0.0)) - (adopted if metric == "step_time_s" else 0.0)) * gpus(
+                t
+            )
+            parts[part] += spent
+            timed += spent
+        if timed > held:
+            return None
+        parts["the rest"] += held - timed
+    return parts
+
+
+def gpu_time_line(trials: list[dict[str, Any]]) -> str:
+    """``gpu_time_parts`` as shares of the job's GPU-seconds."""
+    parts = gpu_time_parts(trials)
+    if parts is None:
+        return (
+            "GPU time by part: not shown (these trials timed sampled micro-batches and projected "
+            "the step from them, so a step outlasts its trial)."
+        )
+    total = sum(parts.values())
+    if not total:
+        return ""
+    shares = ", ".join(f"{part} {100 * spent / total:.0f}%" for part, spent in parts.items() if spent)
+    return f"GPU time by part: {shares}."
 
 
 def trials_per_hour(job: dict[str, Any], measured: int) -> float | None:
@@ -154,6 +213,8 @@ def job_report(job: dict[str, Any]) -> list[str]:
         )
         + (f"; {rate:.1f} measured trials per hour" if rate else "")
         + f"; stopped: {summary.get('stop_reason')}.",
+        "",
+        gpu_time_line(trials),
         "",
         noise_line(summary),
         "",

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
+
+import pytest
 
 from benchmarks.gpu.report import compare
 
@@ -100,3 +103,26 @@ def test_the_report_says_what_the_job_had_spent_when_its_winner_first_ran() -> N
     assert (
         f"{sum(spent):.0f} GPU-seconds in all (the winner, trial {best}, found after {to_best:.0f}, " in line
     )
+
+
+def test_the_report_splits_the_jobs_gpu_time_by_part() -> None:
+    """The same job: every GPU-second falls in one part, the measured steps hold most of
+    them, and a trial that took over another's rollout counts only the step it ran itself.
+    A job of 2026-11-21, whose trials projected their step from sampled micro-batches, has
+    no split."""
+    from benchmarks.gpu.report import gpu_time_line, gpu_time_parts, gpus
+
+    job = json.loads((REPO / "benchmarks/results/qwen2.5-1.5b-grpo-job-h200.json").read_text())["jobs"][0]
+    parts = gpu_time_parts(job["trials"])
+    assert parts is not None
+    total = sum(t["wall_s"] * gpus(t) for t in job["trials"])
+    assert sum(parts.values()) == pytest.approx(total)
+    assert all(v >= 0 for v in parts.values()) and max(parts, key=parts.__getitem__) == "measured step"
+    reused = [t for t in job["trials"] if "rollout_reused_from_trial" in t["metrics"] and t["status"] == "ok"]
+    assert reused, "the job has trials that took over a rollout"
+    whole = sum(t["metrics"]["step_time_s"] * gpus(t) for t in job["trials"] if t["status"] == "ok")
+    assert parts["measured step"] < whole  # their adopted engine phases are not theirs
+    shares = [float(x) for x in re.findall(r" (\d+)%", gpu_time_line(job["trials"]))]
+    assert len(shares) == sum(1 for v in parts.values() if v) and abs(sum(shares) - 100) <= len(shares)
+    old = json.loads((REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-h200.json").read_text())["jobs"][0]
+    assert gpu_time_parts(old["trials"]) is None and "not shown" in gpu_time_line(old["trials"])
