@@ -23,6 +23,7 @@ from trials.errors import EngineDied, KvCacheExhausted
 from trials.failures import classify_failure
 from trials.logcapture import StderrTail
 from trials.rollout import get_backend
+from trials.rollout.base import dummy_model_dir
 from trials.rollout.phase import measure_rollout
 
 
@@ -64,7 +65,9 @@ def test_a_rollout_counts_lengths_kv_and_retractions(stand_in):
     assert engine.scheduler.poll() is not None and ("shutdown", ()) in engine.calls
     assert signal.getsignal(signal.SIGQUIT) == quit_before
     assert engine.killed_tree == [] and engine.drained == []  # SGLang's handlers never ran
-    assert not os.path.exists(engine.kwargs["model_path"])
+    # the dummy model's directory is the host's, shared by the next trial of this model
+    assert engine.kwargs["model_path"] == dummy_model_dir(spec)
+    assert os.path.exists(os.path.join(engine.kwargs["model_path"], "config.json"))
 
 
 def test_requests_cut_short_by_the_kv_pool_are_an_oom_not_a_fast_success(stand_in):
