@@ -98,7 +98,8 @@ def gpu_time_parts(trials: list[dict[str, Any]]) -> dict[str, float] | None:
     trials measured before 2026-11-24 projected their step from sampled micro-batches."""
     parts = dict.fromkeys([*TRIAL_PARTS, "the rest", "trials that did not finish"], 0.0)
     for t in trials:
-        held = (t["wall_s"] or 0.0) * gpus(t)
+        n = gpus(t)
+        held = (t["wall_s"] or 0.0) * n
         if t["status"] != "ok":
             parts["trials that did not finish"] += held
             continue
@@ -111,9 +112,8 @@ def gpu_time_parts(trials: list[dict[str, Any]]) -> dict[str, float] | None:
         )
         timed = 0.0
         for part, metric in TRIAL_PARTS.items():
-            spent = (float(metrics.get(metric, 0.0)) - (adopted if metric == "step_time_s" else 0.0)) * gpus(
-                t
-            )
+            own = float(metrics.get(metric, 0.0)) - (adopted if metric == "step_time_s" else 0.0)
+            spent = own * n
             parts[part] += spent
             timed += spent
         if timed > held:
