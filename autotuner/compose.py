@@ -3,9 +3,16 @@
 A step is its phases one after another (``trials.runner``; ``step_time_s`` is the sum of
 the phase timings less the start-up): the engine's side (``rollout``, ``engine_sleep``,
 ``engine_wake``) depends on the rollout knobs, the actor's side (``old_log_prob``,
-``ref_log_prob``, ``update_actor``, ``actor_reload``) on the train knobs. Both depend on
-the actor's offload, which the two sides share (each knob's side is on its row,
-``Knob.side``; ``study.rollout_key`` keys a trial's rollout by the shared ones). So a config whose
+``ref_log_prob``, ``update_actor``, ``actor_reload``) on the train knobs. The actor's
+offload is on both sides' rows (each knob's side is on its row, ``Knob.side``;
+``study.rollout_key`` keys a trial's rollout by it, since it sets the memory the rollout's
+peaks hold beside the engine). Its time is the actor's (reloads count as ``actor_reload``),
+and with vLLM so is all of it: vLLM's budget is a share of the whole device whatever is
+resident beside it, so an engine side measured beside one offload composes with a train
+side measured with another. SGLang's budget is a share of what is free, so there the
+offload changes the rollout's KV cache and the sides compose only with the same offload
+(``memory.budget_beside_resident``). Whether a composition fits is the memory model's to
+say, as for any proposal (``StudyRunner._screen``). So a config whose
 rollout knobs were measured in trial A and whose train knobs were measured in trial B has
 a predicted step time: A's engine side plus B's actor side, and a predicted throughput:
 A's tokens per GPU per step over that time. On the H200 landscape
@@ -46,8 +53,8 @@ def side_of(path: str) -> str:
     return "engine" if knob is None else knob.composition_side
 
 
-def _key(config: dict[str, Any], side: str) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((p, repr(v)) for p, v in config.items() if side_of(p) in (side, "both")))
+def _key(config: dict[str, Any], sides: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((p, repr(v)) for p, v in config.items() if side_of(p) in sides))
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,14 @@ def best_composition(
     searched: dict[str, list[Any]],
     exclude: set[str],
     key_of: Callable[[dict[str, Any]], str],
+    offload_shapes_rollout: bool = True,
 ) -> Composition | None:
     """The searched-knob values, not in ``exclude`` (``key_of(params)`` keys), of the
     unmeasured combination of a measured engine side and a measured actor side predicted
-    fastest; None when there is none. Repeated runs of a side count by their median."""
+    fastest; None when there is none. Repeated runs of a side count by their median.
+    ``offload_shapes_rollout``: the knobs on both sides (the actor's offload) must match
+    between the two (SGLang); False: they come with the train side (vLLM)."""
+    engine_sides = ("engine", "both") if offload_shapes_rollout else ("engine",)
     engine: dict[tuple, list[TrialRecord]] = {}
     actor: dict[tuple, list[TrialRecord]] = {}
     measured: set[tuple] = set()
@@ -84,9 +95,9 @@ def best_composition(
             p in rec.phase_timings_s for p in ACTOR_PHASES
         ):
             continue
-        engine.setdefault(_key(rec.config, "engine"), []).append(rec)
-        actor.setdefault(_key(rec.config, "actor"), []).append(rec)
-        measured.add(_key(rec.config, "engine") + _key(rec.config, "actor"))
+        engine.setdefault(_key(rec.config, engine_sides), []).append(rec)
+        actor.setdefault(_key(rec.config, ("actor", "both")), []).append(rec)
+        measured.add(_key(rec.config, engine_sides) + _key(rec.config, ("actor", "both")))
     best: Composition | None = None
     for ekey, erecs in engine.items():
         e_s = statistics.median(_seconds(r, ENGINE_PHASES) for r in erecs)
@@ -102,10 +113,12 @@ def best_composition(
             if e_s + a_s <= 0:
                 continue
             params = {
-                p: erecs[0].config[p] for p in searched if p in erecs[0].config and side_of(p) != "actor"
+                p: erecs[0].config[p] for p in searched if p in erecs[0].config and side_of(p) in engine_sides
             }
             params |= {
-                p: arecs[0].config[p] for p in searched if p in arecs[0].config and side_of(p) == "actor"
+                p: arecs[0].config[p]
+                for p in searched
+                if p in arecs[0].config and side_of(p) not in engine_sides
             }
             if key_of(params) in exclude:
                 continue

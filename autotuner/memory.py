@@ -226,12 +226,17 @@ def prediction_errors(predicted: dict[str, float], measured: dict[str, float]) -
     return {p: round(measured[p] - predicted[p], 4) for p in predicted if p in measured}
 
 
+def budget_beside_resident(engine: str) -> bool:
+    """Whether the engine's static budget depends on what is resident beside it when it
+    starts: SGLang's ``mem_fraction_static`` (verl passes ``gpu_memory_utilization``) is a
+    fraction of what is free; vLLM's ``gpu_memory_utilization`` a fraction of the whole device."""
+    return engine == "sglang"
+
+
 def engine_budget_gib(engine: str, fraction: float, capacity_gib: float, held_gib: float) -> float:
     """The rollout engine's static budget (weights + KV cache) on a device of ``capacity_gib``
-    holding ``held_gib`` when the engine starts: vLLM's ``gpu_memory_utilization`` is a
-    fraction of the whole device, SGLang's ``mem_fraction_static`` (verl passes the same
-    value) a fraction of what is free."""
-    if engine == "sglang":
+    holding ``held_gib`` when the engine starts (``budget_beside_resident``)."""
+    if budget_beside_resident(engine):
         return fraction * max(0.0, capacity_gib - held_gib)
     return fraction * capacity_gib
 

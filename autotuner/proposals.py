@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 
 from autotuner.baselines import citation, example_baseline
 from autotuner.compose import best_composition, explorable, next_engine_side
+from autotuner.memory import budget_beside_resident
 from autotuner.records import TrialRecord, config_key, records
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
@@ -187,7 +188,13 @@ class Composition(ProposalSource):
     def propose(self, state: SearchState) -> Proposal | None:
         if not composes(state.spec):
             return None
-        best = best_composition(state.ran, state.space.searched, state.taken(), state.key_of)
+        best = best_composition(
+            state.ran,
+            state.space.searched,
+            state.taken(),
+            state.key_of,
+            offload_shapes_rollout=budget_beside_resident(state.spec.workload.engine),
+        )
         incumbent = max((r.metrics.get(THROUGHPUT, 0.0) for r in state.ran if r.feasible), default=0.0)
         band = 1 + state.spec.budget.noise_band_pct / 100
         if best is None or best.predicted_throughput <= incumbent * band:

@@ -4,6 +4,8 @@ Qwen2.5-1.5B rollout + train job, each measured on an H200) replayed by ReplayEx
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import statistics
 
 import optuna
@@ -23,6 +25,7 @@ from .conftest import REPO
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 H200 = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
+JOB_7B = REPO / "benchmarks" / "results" / "qwen2-7b-grpo-8gpu-job-h200.json"
 GMU, SEQS = R + "gpu_memory_utilization", R + "max_num_seqs"
 MICRO, LOG_PROB = A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"
 OFFLOAD = A + "fsdp_config.param_offload"
@@ -90,6 +93,61 @@ def test_a_measured_engine_side_and_a_measured_train_side_compose_into_the_unmea
 def test_sides_with_a_different_actor_offload_do_not_compose() -> None:
     recs = [_rec(0, 0.5, 4, 60.0, 100.0, offload=False), _rec(1, 0.8, 16, 40.0, 150.0, offload=True)]
     assert best_composition(recs, SEARCHED, set(), config_key) is None
+
+
+def test_with_vllm_an_engine_side_composes_with_a_train_side_of_another_offload() -> None:
+    """vLLM's budget is a share of the whole device, so the offload is the train side's."""
+    recs = [_rec(0, 0.5, 4, 60.0, 100.0, offload=False), _rec(1, 0.8, 16, 40.0, 150.0, offload=True)]
+    best = best_composition(recs, SEARCHED, set(), config_key, offload_shapes_rollout=False)
+    assert best is not None and (best.engine_from, best.actor_from) == (1, 0)
+    assert best.params == {GMU: 0.8, MICRO: 4, OFFLOAD: False}  # the offload of the train side
+    assert best.predicted_throughput == pytest.approx(1.0e6 / (40.0 + 100.0))
+    # engine sides measured beside either offload count as one side, by their median
+    recs.append(_rec(2, 0.8, 4, 50.0, 120.0, offload=True))
+    best = best_composition(recs, SEARCHED, set(), config_key, offload_shapes_rollout=False)
+    assert best is not None and best.params == {GMU: 0.8, MICRO: 4, OFFLOAD: False}
+    assert best.predicted_throughput == pytest.approx(1.0e6 / (45.0 + 100.0))
+
+
+def _job_7b() -> list[TrialRecord]:
+    doc = json.loads(JOB_7B.read_text())
+    names = {f.name for f in dataclasses.fields(TrialRecord)}
+    return [TrialRecord(**{k: v for k, v in t.items() if k in names}) for t in doc["jobs"][0]["trials"]]
+
+
+def test_on_the_7b_job_the_fastest_train_side_composes_across_the_offload_at_once() -> None:
+    """The Qwen2-7B job on one H200 (real data, vLLM, 2026-11-28). Trial 5 measured the
+    fastest train side of the job's first six trials (no checkpointing, the optimizer
+    offloaded) behind a slow engine side, and none of the engine sides measured by then
+    offloaded the optimizer. Composed only with the same offload, that train side waited for
+    trial 15's engine side (trial 18, the job's best). Composed across it, it is queued at
+    once behind verl's example's engine side, predicted beyond the noise band over the best
+    measured, and within 1% of what trial 18 measured with it."""
+    recs = _job_7b()
+    by_number = {r.number: r for r in recs}
+    # vLLM's KV cache at gpu_memory_utilization 0.6, beside each offload: within 0.5%
+    kv = [r.metrics["kv_cache_tokens"] for r in recs if r.feasible and r.config[GMU] == 0.6]
+    offloads = {
+        (r.config[OFFLOAD], r.config[A + "fsdp_config.optimizer_offload"]) for r in recs if r.feasible
+    }
+    assert len(kv) >= 3 and max(kv) / min(kv) < 1.005 and len(offloads) >= 3
+    searched = {p: [] for r in recs for p in r.config if len({repr(q.config.get(p)) for q in recs}) > 1}
+    first = [r for r in recs if r.number <= 5]
+    taken = {config_key({p: r.config[p] for p in searched if p in r.config}) for r in first}
+    best_measured = max(r.metrics[THROUGHPUT] for r in first if r.feasible)
+    band = (
+        1
+        + JobSpec.model_validate(json.loads(JOB_7B.read_text())["jobs"][0]["spec"]).budget.noise_band_pct
+        / 100
+    )
+    same = best_composition(first, searched, taken, config_key)
+    assert same is None or same.predicted_throughput <= best_measured * band
+    across = best_composition(first, searched, taken, config_key, offload_shapes_rollout=False)
+    assert across is not None and across.actor_from == 5 and across.engine_from == 1
+    assert across.predicted_throughput > best_measured * band
+    winner = by_number[18]
+    assert winner.composed_from == [15, 5]
+    assert abs(across.predicted_throughput / winner.metrics[THROUGHPUT] - 1) < 0.01
 
 
 def test_failed_runs_and_runs_without_both_sides_do_not_compose() -> None:
