@@ -324,6 +324,10 @@ def oom_place(trial: dict[str, Any]) -> str:
         return "startup: the engine's start (its log's cause not recorded)"
     if "engine_start_at_s" not in m and "actor_ready_at_s" in m:
         return f"{phase} (train probe, before the engine started)"
+    if phase == "weight_sync":  # the engine woken and the actor's weights written into it
+        return f"{phase} (waking the engine before the rollout)"
+    if phase == "rollout":
+        return f"{phase} (the rollout)"
     return f"{phase} (after the rollout)"
 
 

@@ -88,6 +88,19 @@ def test_an_engine_start_out_of_memory_is_placed_by_its_logged_cause() -> None:
     assert "error_cause" not in with_cause(trials[10], log)  # a trial that ran
 
 
+def test_an_out_of_memory_waking_the_engine_is_placed_before_the_rollout() -> None:
+    """The Qwen2-7B job on one H200 (2026-11-28, real data): trial 19's engine started, then
+    ran out of memory waking its weights for the first rollout; trial 4's train probe ran out
+    before any engine started."""
+    from benchmarks.gpu.report import oom_place
+
+    doc = json.loads((REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-job-h200.json").read_text())
+    trials = {t["number"]: t for t in doc["jobs"][0]["trials"]}
+    assert oom_place(trials[19]) == "weight_sync (waking the engine before the rollout)"
+    assert oom_place(trials[4]) == "update_actor (train probe, before the engine started)"
+    assert oom_place(dict(trials[19], phase="old_log_prob")) == "old_log_prob (after the rollout)"
+
+
 def test_the_report_says_what_the_job_had_spent_when_its_winner_first_ran() -> None:
     """The Qwen2.5-1.5B job of 2026-11-27 (real data, four trials at once): runs are numbered
     as they start, so what the job had spent by its winner is every run numbered up to it."""
