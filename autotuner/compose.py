@@ -5,7 +5,7 @@ the phase timings less the start-up): the engine's side (``rollout``, ``engine_s
 ``engine_wake``) depends on the rollout knobs, the actor's side (``old_log_prob``,
 ``ref_log_prob``, ``update_actor``, ``actor_reload``) on the train knobs. The actor's
 offload is on both sides' rows (each knob's side is on its row, ``Knob.side``;
-``study.rollout_key`` keys a trial's rollout by it, since it sets the memory the rollout's
+``reuse.rollout_key`` keys a trial's rollout by it, since it sets the memory the rollout's
 peaks hold beside the engine). Its time is the actor's (reloads count as ``actor_reload``),
 and with vLLM so is all of it: vLLM's budget is a share of the whole device whatever is
 resident beside it, so an engine side measured beside one offload composes with a train
