@@ -63,3 +63,20 @@ def cli_env(tmp_path) -> dict[str, str]:
 def write_job(path: Path, data: dict) -> Path:
     path.write_text(json.dumps(data))
     return path
+
+
+def dumped_job(path: Path):
+    """The first job of a results file (``benchmarks/gpu/dump_results.py``): its spec and its
+    trials that have a config, as ``TrialRecord`` (the dump's extra keys, e.g. ``error_cause``,
+    left out)."""
+    import dataclasses
+
+    from autotuner.records import TrialRecord
+    from autotuner.spec import JobSpec
+
+    job = json.loads(path.read_text())["jobs"][0]
+    names = {f.name for f in dataclasses.fields(TrialRecord)}
+    trials = [
+        TrialRecord(**{k: v for k, v in t.items() if k in names}) for t in job["trials"] if t.get("config")
+    ]
+    return JobSpec.model_validate(job["spec"]), trials

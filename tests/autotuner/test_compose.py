@@ -4,8 +4,6 @@ Qwen2.5-1.5B rollout + train job, each measured on an H200) replayed by ReplayEx
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import statistics
 
 import optuna
@@ -21,7 +19,7 @@ from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.study import StudyRunner, config_key, open_study
 
-from .conftest import REPO
+from .conftest import REPO, dumped_job
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 H200 = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
@@ -109,12 +107,6 @@ def test_with_vllm_an_engine_side_composes_with_a_train_side_of_another_offload(
     assert best.predicted_throughput == pytest.approx(1.0e6 / (45.0 + 100.0))
 
 
-def _job_7b() -> list[TrialRecord]:
-    doc = json.loads(JOB_7B.read_text())
-    names = {f.name for f in dataclasses.fields(TrialRecord)}
-    return [TrialRecord(**{k: v for k, v in t.items() if k in names}) for t in doc["jobs"][0]["trials"]]
-
-
 def test_on_the_7b_job_the_fastest_train_side_composes_across_the_offload_at_once() -> None:
     """The Qwen2-7B job on one H200 (real data, vLLM, 2026-11-28). Trial 5 measured the
     fastest train side of the job's first six trials (no checkpointing, the optimizer
@@ -123,7 +115,7 @@ def test_on_the_7b_job_the_fastest_train_side_composes_across_the_offload_at_onc
     trial 15's engine side (trial 18, the job's best). Composed across it, it is queued at
     once behind verl's example's engine side, predicted beyond the noise band over the best
     measured, and within 1% of what trial 18 measured with it."""
-    recs = _job_7b()
+    spec, recs = dumped_job(JOB_7B)
     by_number = {r.number: r for r in recs}
     # vLLM's KV cache at gpu_memory_utilization 0.6, beside each offload: within 0.5%
     kv = [r.metrics["kv_cache_tokens"] for r in recs if r.feasible and r.config[GMU] == 0.6]
@@ -135,11 +127,7 @@ def test_on_the_7b_job_the_fastest_train_side_composes_across_the_offload_at_onc
     first = [r for r in recs if r.number <= 5]
     taken = {config_key({p: r.config[p] for p in searched if p in r.config}) for r in first}
     best_measured = max(r.metrics[THROUGHPUT] for r in first if r.feasible)
-    band = (
-        1
-        + JobSpec.model_validate(json.loads(JOB_7B.read_text())["jobs"][0]["spec"]).budget.noise_band_pct
-        / 100
-    )
+    band = 1 + spec.budget.noise_band_pct / 100
     same = best_composition(first, searched, taken, config_key)
     assert same is None or same.predicted_throughput <= best_measured * band
     across = best_composition(first, searched, taken, config_key, offload_shapes_rollout=False)

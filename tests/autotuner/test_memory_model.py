@@ -22,7 +22,6 @@ logits_copied=True)``), on a GPU.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import statistics
@@ -37,7 +36,7 @@ from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec, parse_job_spec
 from benchmarks.gpu.verl_compare import load_job_spec, scaled
 
-from .conftest import REPO
+from .conftest import REPO, dumped_job
 
 H200_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-h200.json"
 PACKED_RESULTS = REPO / "benchmarks" / "results" / "qwen2.5-1.5b-grpo-packed-h200.json"
@@ -320,13 +319,7 @@ def test_sglangs_budget_is_its_fraction_of_the_memory_free_beside_the_actor(h200
 
 @pytest.fixture(scope="module")
 def job_trials():
-    job = json.loads(JOB_RESULTS.read_text())["jobs"][0]
-    spec = JobSpec.model_validate(job["spec"])
-    fields = {f.name for f in dataclasses.fields(TrialRecord)}
-    # (what the dump adds beside a record: ``error_cause``, gpu/dump_results.py)
-    trials = [
-        TrialRecord(**{k: v for k, v in t.items() if k in fields}) for t in job["trials"] if t.get("config")
-    ]
+    spec, trials = dumped_job(JOB_RESULTS)
     return spec, spec.validate_model(), trials
 
 
