@@ -45,20 +45,22 @@ from benchmarks.gpu import report
 
 JOB_7B = "results/qwen2-7b-grpo-8gpu-h200.json"
 JOB_1P5B = "results/qwen2.5-1.5b-grpo-job-h200.json"
+JOB_7B_REPLICA = "results/qwen2-7b-grpo-8gpu-job-h200.json"
 DYNAMIC = "actor_rollout_ref.actor.use_dynamic_bsz"
 MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 
 
-def job_top() -> list[Line]:
-    """The Qwen2.5-1.5B job as a user runs it, in the top README: its winner against verl's
-    two baselines, each the median of its runs, judged against the pair's tie band."""
-    job = job_of(JOB_1P5B)
+def _job_headline(path: str, what: str, ran_on: str) -> list[Line]:
+    """A finished job in the top README: its winner against verl's two baselines, each the
+    median of its runs, judged against the pair's tie band; its cost, and when the winner
+    first ran."""
+    job = job_of(path)
     summary, trials = job["summary"], job["trials"]
     best = summary["best"]
-    winner = runs(JOB_1P5B, best)
+    winner = runs(path, best)
     parts, numbers = [], [best]
     for name, entry in summary["baselines"].items():
-        base = runs(JOB_1P5B, entry["trial"])
+        base = runs(path, entry["trial"])
         if not base or not winner:
             return []
         a, b = statistics.median(winner), statistics.median(base)
@@ -69,19 +71,39 @@ def job_top() -> list[Line]:
         parts.append(f"{label} ran at {median_runs(base)}: {said} the {band:.1f}% tie band")
         numbers.append(entry["trial"])
     oom_s = sum((t["wall_s"] or 0.0) * report.gpus(t) for t in trials if t["status"] == "oom")
-    searched = sum(1 for t in measured(JOB_1P5B) if not t["baseline"])
+    searched = sum(1 for t in measured(path) if not t["baseline"])
     return [
         Line(
-            f"The Qwen2.5-1.5B job (`benchmarks/jobs/qwen2.5-1.5b-grpo.yaml`, 256 prompts x 8 a step), "
-            f"run on {summary['device']}s one trial per GPU, finished on {job['finished_at'][:10]} "
-            f"(`benchmarks/README.md`, data in `benchmarks/{JOB_1P5B}`): the tuner's winner, trial "
+            f"{what}, run on {summary['device']}s {ran_on}, finished on {job['finished_at'][:10]} "
+            f"(`benchmarks/README.md`, data in `benchmarks/{path}`): the tuner's winner, trial "
             f"{best}, ran at {median_runs(winner)} tokens/s/GPU; " + "; ".join(parts) + ". "
             f"{searched} proposals measured beside the baselines, {summary['gpu_seconds'] / 3600:.1f} "
             f"GPU-hours in all, {100 * oom_s / summary['gpu_seconds']:.1f}% of them in trials that ran "
-            "out of memory.",
-            src(JOB_1P5B, *numbers),
+            f"out of memory; the winner first ran after {report.gpu_seconds_to(trials, best) / 60:.0f} "
+            "GPU-minutes.",
+            src(path, *numbers),
         )
     ]
+
+
+def job_top() -> list[Line]:
+    """The Qwen2.5-1.5B job as a user runs it, in the top README."""
+    return _job_headline(
+        JOB_1P5B,
+        "The Qwen2.5-1.5B job (`benchmarks/jobs/qwen2.5-1.5b-grpo.yaml`, 256 prompts x 8 a step)",
+        "one trial per GPU",
+    )
+
+
+def job_7b_top() -> list[Line]:
+    """The Qwen2-7B job in verl's 8-GPU layout at replica scope, in the top README."""
+    return _job_headline(
+        JOB_7B_REPLICA,
+        "The Qwen2-7B job in verl's 8-GPU layout (`benchmarks/jobs/qwen2-7b-grpo-8gpu.yaml`, "
+        "256 prompts x 8 a step; each trial one rank of the FSDP world and one rollout replica, "
+        "its collectives emulated)",
+        "one trial per GPU across four hosts",
+    )
 
 
 def packed_job_top() -> list[Line]:

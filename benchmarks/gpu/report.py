@@ -189,6 +189,12 @@ def report(doc: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def gpu_seconds_to(trials: list[dict[str, Any]], number: int) -> float:
+    """What a job had spent when trial ``number``'s first run ended: runs are numbered as
+    they start, so the GPU-seconds of that trial and every earlier one."""
+    return sum((t["wall_s"] or 0.0) * gpus(t) for t in trials if t["number"] <= number)
+
+
 def job_report(job: dict[str, Any]) -> list[str]:
     trials = job["trials"]
     summary = job["summary"]
@@ -196,8 +202,7 @@ def job_report(job: dict[str, Any]) -> list[str]:
     counts = Counter(t["status"] for t in trials)
     gpu_s = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials)
     best = summary.get("best")
-    # runs are numbered as they start: what the job had spent when the winner's first run ended
-    to_best = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials if best is not None and t["number"] <= best)
+    to_best = gpu_seconds_to(trials, best) if best is not None else 0.0
     measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
     rate = trials_per_hour(job, measured)
     lines = [
