@@ -72,6 +72,11 @@ def _seconds(rec: TrialRecord, phases: Iterable[str]) -> float:
     return sum(float(rec.phase_timings_s.get(p, 0.0)) for p in phases)
 
 
+def engine_seconds(rec: TrialRecord) -> float:
+    """The seconds of a trial's step on the engine's side (``ENGINE_PHASES``)."""
+    return _seconds(rec, ENGINE_PHASES)
+
+
 def best_composition(
     records: Iterable[TrialRecord],
     searched: dict[str, list[Any]],

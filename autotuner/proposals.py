@@ -8,6 +8,8 @@
   throughput by more than the noise band.
 - ``EngineExploration``: an engine-side setting no proposal has had yet, paired with the
   best train side measured so far.
+- ``TrainExploration``: every other time the sampler would choose, a train side the sampler
+  chooses behind the fastest engine side measured so far, whose rollout the trial reuses.
 - ``Sampler``: the Optuna sampler's proposal (TPE, NSGA-II, ...: ``autotuner.samplers``).
 - ``Finalists``: the fastest trials of the Pareto front again, until each has
   ``budget.remeasure_runs`` runs, interleaved with the baselines' last runs (until each has
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import abc
 import logging
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,12 +31,14 @@ import optuna
 from optuna.trial import TrialState
 
 from autotuner.baselines import citation, example_baseline
-from autotuner.compose import best_composition, explorable, next_engine_side
+from autotuner.compose import best_composition, engine_seconds, explorable, next_engine_side, side_of
 from autotuner.memory import budget_beside_resident
 from autotuner.records import TrialRecord, config_key, records
+from autotuner.reuse import reusable, rollout_key
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.summary import front
+from autotuner.trialspec import trial_gpus
 from trials.metrics import THROUGHPUT
 
 log = logging.getLogger(__name__)
@@ -45,10 +50,12 @@ DEFAULTS_BASELINE = "verl-v0.9-defaults"
 class Proposal:
     """A config to run: the searched knobs' values (``params``; None: whatever the study's
     sampler suggests when the loop asks) and the user attributes that say why it runs
-    (``baseline``, ``composed_from``, ``explores_with``, ``repeat_of``)."""
+    (``baseline``, ``composed_from``, ``explores_with``, ``trains_behind``, ``repeat_of``)."""
 
     params: dict[str, Any] | None
     attrs: dict[str, Any] = field(default_factory=dict)
+    # False: ``params`` fixes some knobs only, and the study's sampler chooses the rest.
+    complete: bool = True
 
 
 @dataclass
@@ -246,6 +253,58 @@ class EngineExploration(ProposalSource):
                 combo,
             )
             return Proposal(params, {"explores_with": best.number})
+
+
+# The user attributes of a trial some source other than the sampler proposed.
+CHOSEN_BY_A_SOURCE = ("baseline", "composed_from", "explores_with", "trains_behind", "repeat_of", "retry_of")
+
+
+class TrainExploration(ProposalSource):
+    """Every other time the sampler would choose, a config whose engine side is fixed to the
+    fastest one measured so far and whose train side the sampler chooses; the trial reuses
+    that engine side's rollout (``autotuner.reuse``), so it costs its training only.
+
+    A trial of the sampler's own measures a new engine side and a new train side for the
+    price of a start-up, a rollout and a training; this measures a new train side for the
+    training alone, and composition (``Composition``) pairs it with every engine side
+    measured. Alternating keeps the engine sides explored where there are too many to try
+    one by one (``compose.explorable``). The engine side fixed includes the actor's offload,
+    which is part of what keys a rollout (``reuse.rollout_key``). Only for one-GPU trials
+    in a job that composes phases and reuses rollouts, with train knobs to choose."""
+
+    def propose(self, state: SearchState) -> Proposal | None:
+        spec = state.spec
+        if not (composes(spec) and spec.budget.reuse_rollouts):
+            return None
+        if not any(side_of(p) == "actor" and len(v) > 1 for p, v in state.space.searched.items()):
+            return None
+        trials = state.study.get_trials(deepcopy=False)
+        by_sampler = sum(1 for t in trials if not any(a in t.user_attrs for a in CHOSEN_BY_A_SOURCE))
+        behind = sum(1 for t in trials if "trains_behind" in t.user_attrs)
+        if behind > by_sampler:
+            return None
+        donor = fastest_rollout(state.ran)
+        if donor is None or trial_gpus(spec, donor.config) != 1:
+            return None
+        fixed = {
+            p: donor.config[p] for p in state.space.searched if side_of(p) != "actor" and p in donor.config
+        }
+        log.info("queued a train side of the sampler's behind trial %s's rollout: %s", donor.number, fixed)
+        return Proposal(fixed, {"trains_behind": donor.number}, complete=False)
+
+
+def fastest_rollout(ran: list[TrialRecord]) -> TrialRecord | None:
+    """The first trial of the engine side (``reuse.rollout_key``) whose engine phases took
+    the least time, the median over its runs, among trials whose rollout can be reused
+    (``reuse.reusable``); None when there is none."""
+    sides: dict[str, list[TrialRecord]] = {}
+    for rec in ran:
+        if reusable(rec):
+            sides.setdefault(rollout_key(rec.config), []).append(rec)
+    if not sides:
+        return None
+    fastest = min(sides.values(), key=lambda recs: statistics.median(engine_seconds(r) for r in recs))
+    return fastest[0]
 
 
 class Sampler(ProposalSource):

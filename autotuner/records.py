@@ -96,6 +96,9 @@ class TrialRecord:
     # paired with (``autotuner.compose``).
     composed_from: list[int] | None = None
     explores_with: int | None = None
+    # A train side the sampler chose, run behind the rollout of this trial (its rollout
+    # reused: ``proposals.TrainExploration``).
+    trains_behind: int | None = None
     inferred_from: int | None = None
     # GPUs the trial reserved (CUDA; 0: not recorded, e.g. a CPU trial or an older study).
     gpus: int = 0
@@ -182,6 +185,7 @@ def record_of(trial: FrozenTrial) -> TrialRecord:
         retry_of=a.get(RETRY_OF),
         composed_from=a.get("composed_from"),
         explores_with=a.get("explores_with"),
+        trains_behind=a.get("trains_behind"),
         inferred_from=a.get("inferred_from"),
         gpus=int(a.get("gpus") or 0),
         predicted_memory_gib=a.get("predicted_memory_gib") or {},

@@ -26,11 +26,16 @@ def rollout_donor(spec: JobSpec, ran: Iterable[TrialRecord], config: dict[str, A
         return None
     key = rollout_key(config)
     for rec in ran:
-        if (
-            rec.status == TrialStatus.OK
-            and "engine_asleep_gib" in rec.metrics
-            and "rollout_makespan_s" in rec.metrics
-            and rollout_key(rec.config) == key
-        ):
+        if reusable(rec) and rollout_key(rec.config) == key:
             return {"trial": rec.number, "metrics": rec.metrics, "timings": rec.phase_timings_s}
     return None
+
+
+def reusable(rec: TrialRecord) -> bool:
+    """Whether another trial can take over ``rec``'s rollout: it ran to the end, and its
+    rollout's metrics and its engine's memory asleep are recorded."""
+    return (
+        rec.status == TrialStatus.OK
+        and "engine_asleep_gib" in rec.metrics
+        and "rollout_makespan_s" in rec.metrics
+    )

@@ -3,8 +3,8 @@
 The parts, each in its own module:
 
 - where the next config comes from: ``autotuner.proposals`` (baselines, phase composition,
-  engine-side exploration, the Optuna sampler, finalists), sources the loop goes down in
-  order before each ``study.ask()``;
+  engine-side exploration, train-side exploration, the Optuna sampler, finalists), sources
+  the loop goes down in order before each ``study.ask()``;
 - what Optuna is told: ``autotuner.telling`` (OOM is data, never an exception that
   vanishes; every outcome mapped explicitly);
 - when a trial gets its GPUs: ``autotuner.admission`` (the executor's GPU admission);
@@ -69,6 +69,7 @@ from autotuner.proposals import (
     ProposalSource,
     Sampler,
     SearchState,
+    TrainExploration,
     waiting,
 )
 from autotuner.records import MEMORY_CAP, PROPOSAL_CUT_OFF, TrialRecord, TrialStatus, config_key, records
@@ -185,7 +186,7 @@ class StudyRunner:
     ``infer_feasibility`` False: nothing is skipped by monotonicity (None: the job's
     ``memory_model.infer_from_neighbours``). ``sources``: where proposals come from during
     the search, in order (default: the baselines' mid-job runs, composition, engine-side
-    exploration, the sampler)."""
+    exploration, train-side exploration, the sampler)."""
 
     spec: JobSpec
     study: optuna.Study
@@ -198,7 +199,13 @@ class StudyRunner:
     memory_model: MemoryModel | None = None
     infer_feasibility: bool | None = None
     sources: Sequence[ProposalSource] = field(
-        default_factory=lambda: [BaselineRepeats(), Composition(), EngineExploration(), Sampler()]
+        default_factory=lambda: [
+            BaselineRepeats(),
+            Composition(),
+            EngineExploration(),
+            TrainExploration(),
+            Sampler(),
+        ]
     )
     # Runs in verl itself once the finalists are re-measured (``autotuner.verification``).
     verification: JobVerification | None = None
@@ -365,6 +372,7 @@ class StudyRunner:
                 if proposal is not None:
                     if proposal.params is not None:
                         self._enqueue(proposal)
+                    if proposal.params is not None and proposal.complete:
                         self._state.proposed.add(self._state.key_of(proposal.params))
                     break
         return self.study.ask()

@@ -320,6 +320,11 @@ class TrialPublic(BaseModel):
         default=None,
         description="Run to try a new rollout setting: the trial whose train side it was paired with.",
     )
+    trains_behind: int | None = Field(
+        default=None,
+        description="Run to try a train side the sampler chose: the trial whose rollout it "
+        "runs behind (that rollout reused).",
+    )
     inferred_from: int | None = Field(
         default=None, description="inferred_oom: the measured OOM that rules it out."
     )
@@ -367,6 +372,7 @@ class TrialPublic(BaseModel):
             inferred_from=r.inferred_from,
             composed_from=r.composed_from,
             explores_with=r.explores_with,
+            trains_behind=r.trains_behind,
             predicted_memory_gib=r.predicted_memory_gib,
             memory_error_gib=r.memory_error_gib,
             runs=RunsPublic.of(runs),
