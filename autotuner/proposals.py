@@ -33,7 +33,7 @@ from optuna.trial import TrialState
 from autotuner.baselines import citation, example_baseline
 from autotuner.compose import best_composition, engine_seconds, explorable, next_engine_side, side_of
 from autotuner.memory import budget_beside_resident
-from autotuner.records import TrialRecord, config_key, records
+from autotuner.records import RETRY_OF, TrialRecord, config_key, records
 from autotuner.reuse import reusable, rollout_key
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
@@ -256,7 +256,7 @@ class EngineExploration(ProposalSource):
 
 
 # The user attributes of a trial some source other than the sampler proposed.
-CHOSEN_BY_A_SOURCE = ("baseline", "composed_from", "explores_with", "trains_behind", "repeat_of", "retry_of")
+CHOSEN_BY_A_SOURCE = ("baseline", "composed_from", "explores_with", "trains_behind", "repeat_of", RETRY_OF)
 
 
 class TrainExploration(ProposalSource):
