@@ -34,7 +34,7 @@ from autotuner.baselines import citation, example_baseline
 from autotuner.compose import best_composition, engine_seconds, explorable, next_engine_side, side_of
 from autotuner.memory import budget_beside_resident
 from autotuner.records import RETRY_OF, TrialRecord, config_key, records
-from autotuner.reuse import reusable, rollout_key
+from autotuner.reuse import reusable, rollout_key, rollout_side
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
 from autotuner.summary import front
@@ -286,9 +286,7 @@ class TrainExploration(ProposalSource):
         donor = fastest_rollout(state.ran)
         if donor is None or trial_gpus(spec, donor.config) != 1:
             return None
-        fixed = {
-            p: donor.config[p] for p in state.space.searched if side_of(p) != "actor" and p in donor.config
-        }
+        fixed = {p: v for p, v in rollout_side(donor.config).items() if p in state.space.searched}
         log.info("queued a train side of the sampler's behind trial %s's rollout: %s", donor.number, fixed)
         return Proposal(fixed, {"trains_behind": donor.number}, complete=False)
 

@@ -12,10 +12,15 @@ from autotuner.records import TrialRecord, TrialStatus, config_key
 from autotuner.spec import JobSpec
 
 
-def rollout_key(config: dict[str, Any]) -> str:
+def rollout_side(config: dict[str, Any]) -> dict[str, Any]:
     """What decides a trial's rollout: its rollout knobs (and any unknown key) and the
     actor's offload, which sets the memory resident beside the engine (``compose.side_of``)."""
-    return config_key({p: v for p, v in config.items() if side_of(p) != "actor"})
+    return {p: v for p, v in config.items() if side_of(p) != "actor"}
+
+
+def rollout_key(config: dict[str, Any]) -> str:
+    """``rollout_side``'s key: trials with equal keys see the same rollout."""
+    return config_key(rollout_side(config))
 
 
 def rollout_donor(spec: JobSpec, ran: Iterable[TrialRecord], config: dict[str, Any]) -> dict[str, Any] | None:
