@@ -117,7 +117,7 @@ from benchmarks.claims.verl_trace import (
     verl_trace,
     verl_trace_headline,
 )
-from benchmarks.claims.world import world_x4
+from benchmarks.claims.world import world_x4, world_x4_verl
 
 ROOT = HERE.parent
 README = HERE / "README.md"
@@ -206,6 +206,7 @@ CLAIMS: list[Claim] = [
     Claim("strategy-headline", strategy_headline),
     Claim("layout-fsdp1", layout_fsdp1),
     Claim("world-x4", world_x4),
+    Claim("world-x4-verl", world_x4_verl),
     Claim("cut-gc", cut_gc),
     Claim("cut-gc-headline", cut_gc_headline),
     Claim("report-1.5b-job", job_report("results/qwen2.5-1.5b-grpo-job-h200.json")),

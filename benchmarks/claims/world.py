@@ -1,14 +1,16 @@
 """Parts of benchmarks/README.md from the Qwen2-7B GRPO-like job in one world of four H200s:
-the world-scope trials and verl's own trainer on the same host, what ran and what did not."""
+the world-scope trials and verl's own trainer on the same host, what ran and what did not;
+then verl's own runs of the configs the one-GPU job compared, on a later host."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
-from benchmarks.claims.data import Line, generated_from, load
+from benchmarks.claims.data import Line, generated_from, load, median_runs, verl_median, verl_steps
 
 WORLD_X4 = "results/verl-qwen2-7b-h200x4-world.json"
+WORLD_X4_VERL = "results/verl-qwen2-7b-h200x4-world-verl.json"
 VERL_PHASES = (
     ("weight sync", "timing_s/update_weights"),
     ("rollout", "timing_s/gen"),
@@ -60,4 +62,31 @@ def world_x4() -> list[Line]:
                 (WORLD_X4,),
             ),
         ]
+    return lines
+
+
+def world_x4_verl() -> list[Line]:
+    """verl's runs of the world of four: each config's outcome; for a run that measured
+    steps, their throughput (median, n, spread), start-up, the phases' medians and the
+    peak memory. No ratio: a config measured by one run only is no comparison."""
+    doc = load(WORLD_X4_VERL)
+    lines = [generated_from(WORLD_X4_VERL)]
+    for row in doc["run"]["runs"]:
+        steps = verl_steps(row)
+        if not steps:
+            lines.append(Line(f"- {_outcome(row)}", (WORLD_X4_VERL,)))
+            continue
+        per_step = ", ".join(f"{step['perf/throughput']:.0f}" for step in steps)
+        phases = ", ".join(f"{name} {verl_median(row, key):.1f} s" for name, key in VERL_PHASES)
+        peak = max(step["actor/perf/max_memory_reserved_gb"] for step in steps)
+        lines.append(
+            Line(
+                f"- {row['config']}: verl {row['status']}: "
+                f"{median_runs([step['perf/throughput'] for step in steps])} tokens/s/GPU over its "
+                f"measured steps ({per_step}) after {row['warmup_steps']} warm-up; start-up "
+                f"{row['startup_s']:.0f} s; step {verl_median(row, 'timing_s/step'):.1f} s ({phases}); "
+                f"peak reserved {peak:.1f} GB per GPU",
+                (WORLD_X4_VERL,),
+            )
+        )
     return lines

@@ -74,6 +74,7 @@ from trials.verl.trace import PASS_PHASES, micro_batches, read_trace
 
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
 TP_KEY = R + "tensor_model_parallel_size"
+SETTLE_S = 120.0  # the longest a run waits for the last one's processes to leave its GPUs
 
 
 def scaled(spec: JobSpec, train_batch_size: int | None, mini_batch: int | None) -> JobSpec:
@@ -164,6 +165,21 @@ def gpus_held(visible: str | None) -> list[dict[str, Any]] | None:
     ]
 
 
+def settled_gpus(
+    visible: str | None, timeout_s: float = SETTLE_S
+) -> tuple[list[dict[str, Any]] | None, float]:
+    """``gpus_held`` once no process holds the comparison's GPUs any more (the last run's
+    killed workers may still be handing their memory back), or at ``timeout_s``; with the
+    seconds waited."""
+    start = time.monotonic()
+    while True:
+        held = gpus_held(visible)
+        waited = time.monotonic() - start
+        if held is None or not any(g["processes"] for g in held) or waited >= timeout_s:
+            return held, round(waited, 1)
+        time.sleep(2)
+
+
 def trial_row(result: Any) -> dict[str, Any]:
     failed = result.status != "ok"
     return {
@@ -193,6 +209,7 @@ def verl_row(result: Any) -> dict[str, Any]:
         "log_tail": result.log_tail[-6000:] if not result.ok else "",
         "wall_s": result.wall_s,
         "startup_s": result.startup_s,
+        "checkpoint_s": result.checkpoint_s,
         "step_logged_at_s": list(result.step_logged_at_s),
         "trace": list(result.trace),
     }
@@ -460,12 +477,13 @@ def main(argv: list[str] | None = None) -> int:
                     print(
                         f"[{time.strftime('%T')}] trial {name} {tspec.train.strategy} round {rnd}", flush=True
                     )
-                    held = gpus_held(doc["gpus"])
+                    held, waited = settled_gpus(doc["gpus"])
                     if args.profile:
                         os.environ[PROFILE_ENV] = f"{args.profile}/{name}-{rnd}-trial"
                     result = launch_trial(tspec, args.trial_timeout)
                     row = trial_row(result) | {
                         "gpus_held_before": held,
+                        "gpus_waited_s": waited,
                         "config": name,
                         "kind": "trial",
                         "round": rnd,
@@ -485,10 +503,11 @@ def main(argv: list[str] | None = None) -> int:
                 vspec.trace = args.trace
                 vspec.profile = f"{args.profile}/{name}-{rnd}-verl" if args.profile else None
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)
-                held = gpus_held(doc["gpus"])
+                held, waited = settled_gpus(doc["gpus"])
                 vres = launch_verl(vspec, args.verl_timeout, Path(args.cache_dir), env=verl_env)
                 row = verl_row(vres) | {
                     "gpus_held_before": held,
+                    "gpus_waited_s": waited,
                     "config": name,
                     "kind": "verl",
                     "round": rnd,

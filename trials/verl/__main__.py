@@ -1,6 +1,10 @@
 """``python -m trials.verl preflight|run --spec SPEC.json --out OUT.json --workdir DIR
---cache-dir DIR --ray-temp-dir DIR`` and ``python -m trials.verl cut [--wait] --spec PLAN.json
---out OUT.json`` in verl's environment.
+--cache-dir DIR --ray-temp-dir DIR``, ``python -m trials.verl checkpoint --spec SPEC.json
+--cache-dir DIR`` and ``python -m trials.verl cut [--wait] --spec PLAN.json --out OUT.json``
+in verl's environment.
+
+``checkpoint`` writes the run's random checkpoint into the cache folder if it is not there
+yet (``trials.verl.checkpoint``), so that a run's deadline does not pay for it.
 
 ``preflight`` writes the run's files, composes the config and runs verl's own checks on it,
 and writes what it checked as JSON (a list, one report per ``--spec``); ``run`` then runs
@@ -22,6 +26,7 @@ import sys
 from pathlib import Path
 
 from trials.launcher import sigterm_when_parent_dies
+from trials.verl.checkpoint import ensure_checkpoint
 from trials.verl.cut import CutPlan, cut_seconds, prepared_batch
 from trials.verl.runner import preflight, run, run_paths
 from trials.verl.types import VerlRunSpec
@@ -46,9 +51,9 @@ def _write(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trials.verl")
-    parser.add_argument("command", choices=("preflight", "run", "cut"))
+    parser.add_argument("command", choices=("preflight", "run", "checkpoint", "cut"))
     parser.add_argument("--spec", required=True, action="append", help="preflight: one or more")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", help="required but for checkpoint")
     parser.add_argument("--workdir")
     parser.add_argument("--cache-dir")
     parser.add_argument("--ray-temp-dir")
@@ -61,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         help="preflight: a checkpoint of config and tokenizer, no weights",
     )
     args = parser.parse_args(argv)
+    if args.command != "checkpoint" and not args.out:
+        parser.error(f"{args.command} needs --out")
     if args.command == "cut":
         sigterm_when_parent_dies()  # a trial killed meanwhile leaves no cut behind
         plan = CutPlan(**json.loads(Path(args.spec[0]).read_text()))
@@ -72,6 +79,14 @@ def main(argv: list[str] | None = None) -> int:
         partitions: dict[str, list[list[list[int]]]] = {}
         seconds = cut_seconds(plan, batch, partitions=partitions)
         _write(args.out, json.dumps({"seconds": seconds, "partitions": partitions}))
+        return 0
+    if args.command == "checkpoint":
+        if not args.cache_dir:
+            parser.error("checkpoint needs --cache-dir")
+        _die_with_group()
+        for path in args.spec:
+            spec = VerlRunSpec.from_json(Path(path).read_text())
+            ensure_checkpoint(spec.model_config, spec.model_name, spec.dtype, Path(args.cache_dir))
         return 0
     missing = [
         f"--{name.replace('_', '-')}"

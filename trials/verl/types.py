@@ -102,7 +102,9 @@ class VerlRunResult(JsonData):
     vLLM or SGLang, torch and transformers as the run imported them. ``trace``: the
     workers' records of a traced run (``trials.verl.trace``), in the order the calls ended.
     ``step_logged_at_s``: when each step's metrics reached verl's file logger, in seconds
-    since the runner started (``startup_s`` follows from the first).
+    since the runner started (``startup_s`` follows from the first). ``checkpoint_s``: the
+    seconds spent writing the run's random checkpoint before the runner started (0 when it
+    was cached), part of ``wall_s``.
     """
 
     run_id: str
@@ -119,6 +121,7 @@ class VerlRunResult(JsonData):
     log_tail: str = ""
     trace: list[dict[str, Any]] = field(default_factory=list)
     step_logged_at_s: list[float] = field(default_factory=list)
+    checkpoint_s: float = 0.0
 
     @property
     def ok(self) -> bool:
