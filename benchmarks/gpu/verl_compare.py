@@ -15,6 +15,10 @@ round runs, config after config:
   warm-up, unless the config is named by ``--skip-verl``; with ``--trace``, its workers'
   own record of each log-prob pass and update (``trials.verl.trace``) comes with it.
 
+Each run starts once no process holds the comparison's GPUs (the last run's killed workers
+may still be handing memory back; at most ``SETTLE_S``): its row records what they held then
+(``gpus_held_before``) and the wait (``gpus_waited_s``).
+
 ``--train-batch-size`` / ``--ppo-mini-batch-size`` scale the job's workload (same lengths,
 fewer prompts per step) when a full step of the job is too long to repeat. The JSON file
 is rewritten after every run (a run killed mid-way leaves the earlier ones); the table

@@ -136,6 +136,39 @@ def test_each_named_config_reaches_the_trial_and_verl_with_the_jobs_own_engine_k
         assert f"{budget}={config[budget]}" in overrides, name
 
 
+def test_the_four_gpu_world_and_its_replica_scope_twin_run_one_workload() -> None:
+    """jobs/qwen2-7b-grpo-4gpu.yaml differs from the world job only in its trials' scope: for
+    each config the comparison runs, the replica-scope trial is one TP group of the same
+    world (its replica's requests, its ranks' sequences) and the world trial is all of it,
+    while verl runs the same command for both."""
+    from autotuner.settings import Settings
+    from autotuner.spec import load_job_spec
+    from autotuner.trialspec import build_trial_spec
+    from autotuner.verl_run import verl_run_spec
+    from benchmarks.gpu.verl_compare import named_configs, scaled
+
+    jobs = ROOT / "benchmarks" / "jobs"
+    world = scaled(load_job_spec(jobs / "qwen2-7b-grpo-4gpu-world.yaml"), 32, 8)
+    replica = scaled(load_job_spec(jobs / "qwen2-7b-grpo-4gpu.yaml"), 32, 8)
+    assert world.workload == replica.workload
+    assert (world.cluster.trial_scope, replica.cluster.trial_scope) == ("world", "replica")
+    arch = world.validate_model()
+    winner = "replica=" + str(ROOT / "benchmarks" / "results" / "qwen2-7b-grpo-8gpu-job-h200.json") + "#18"
+    configs = named_configs(world, ["defaults", "example", winner], Settings())
+    assert configs == named_configs(replica, ["defaults", "example", winner], Settings())
+    for name, config in configs.items():
+        whole = build_trial_spec(world, arch, config, name, "cuda", None)
+        one = build_trial_spec(replica, arch, config, name, "cuda", None)
+        tp = config["actor_rollout_ref.rollout.tensor_model_parallel_size"]
+        assert (whole.trial_gpus, one.trial_gpus) == (4, tp), name
+        assert whole.batch.rollout_requests == 32 * 8, name
+        assert one.batch.rollout_requests * (4 // tp) == whole.batch.rollout_requests, name
+        assert one.batch.train_sequences * (4 // tp) == whole.batch.train_sequences, name
+        assert one.n_gpus == whole.n_gpus == 4, name
+        ours = verl_run_spec(replica, arch, config, name, "cuda", 4).overrides
+        assert ours == verl_run_spec(world, arch, config, name, "cuda", 4).overrides, name
+
+
 def test_a_failed_trial_keeps_where_and_how_it_failed_and_its_logs_end() -> None:
     from benchmarks.gpu.verl_compare import trial_row
     from trials.types import TrialResult
