@@ -150,7 +150,9 @@ def _run_session(
     except subprocess.TimeoutExpired:
         pass
     finally:
-        run_tree = run_processes(ray_temp, roots=(proc.pid,))  # before a kill orphans them
+        # Taken before a kill orphans them; the runner itself only while it lives (once
+        # reaped, its PID may name another process).
+        run_tree = run_processes(ray_temp, roots=(proc.pid,) if proc.returncode is None else ())
         kill_session(proc, grace_s)
         sweep_ray(ray_temp, run_tree)
     return returncode
