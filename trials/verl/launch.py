@@ -169,14 +169,17 @@ def ray_processes(ray_temp: Path) -> list[int]:
     return found
 
 
-def run_processes(ray_temp: Path, roots: tuple[int, ...] = ()) -> dict[int, str]:
+def run_processes(
+    ray_temp: Path, roots: tuple[int, ...] = (), stats: dict[int, list[str]] | None = None
+) -> dict[int, str]:
     """The run's processes: those naming ``ray_temp``, the live ``roots`` and every
-    descendant of either, each with its start time (which tells a reused PID apart)."""
-    stats = dict(proc_stats())
+    descendant of either, each with its start time (which tells a reused PID apart);
+    ``stats``: ``proc_stats()`` read already."""
+    stats = dict(proc_stats()) if stats is None else stats
     children: dict[int, list[int]] = {}
     for pid, fields in stats.items():
         children.setdefault(int(fields[1]), []).append(pid)
-    todo = [pid for pid in (*ray_processes(ray_temp), *roots) if pid in stats]
+    todo = [*ray_processes(ray_temp), *roots]
     found: dict[int, str] = {}
     while todo:
         pid = todo.pop()
@@ -187,24 +190,20 @@ def run_processes(ray_temp: Path, roots: tuple[int, ...] = ()) -> dict[int, str]
     return found
 
 
-def _alive(pid: int, started: str) -> bool:
-    """Whether ``pid`` is still the process that started at ``started`` and not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return fields[19] == started and fields[0] not in ("Z", "X")
-
-
 def sweep_ray(ray_temp: Path, known: dict[int, str] | None = None) -> None:
     """SIGKILL every process of the run's private Ray and their descendants, and those of
-    ``known`` (``run_processes`` taken earlier), until none is left (or time is up)."""
+    ``known`` (``run_processes`` taken earlier), until none is left (or time is up); a
+    zombie counts as gone."""
     targets = dict(known or {})
     deadline = time.monotonic() + RAY_SWEEP_WAIT_S
     while time.monotonic() < deadline:
-        targets.update(run_processes(ray_temp))
-        alive = [pid for pid, started in targets.items() if _alive(pid, started)]
+        stats = dict(proc_stats())
+        targets.update(run_processes(ray_temp, stats=stats))
+        alive = [
+            pid
+            for pid, started in targets.items()
+            if pid in stats and stats[pid][19] == started and stats[pid][0] not in ("Z", "X")
+        ]
         if not alive:
             return
         for pid in alive:
