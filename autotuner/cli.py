@@ -624,6 +624,13 @@ def status(
             if job.get("gpu_seconds_to_best") is not None
             else ""
         )
+        if job.get("gpu_seconds_to_tie") is not None and job.get("first_tied") != (job.get("best") or {}).get(
+            "number"
+        ):
+            found += (
+                f"; a config inside its tie band (trial {job['first_tied']}) after "
+                f"{job['gpu_seconds_to_tie'] / 60:.1f}"
+            )
         so_far = " so far" if job["status"] in ("queued", "running") else ""
         console.print(f"  cost: {job['gpu_seconds'] / 60:.1f} GPU-minutes{so_far}{found}")
     if job.get("elapsed_s") is not None:

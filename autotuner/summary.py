@@ -186,6 +186,18 @@ def gpu_seconds_to(recs: list[TrialRecord], number: int) -> float:
     return gpu_seconds([r for r in recs if r.number <= number])
 
 
+def first_tied(winner: Runs, runs: dict[int, Runs], noise: Noise) -> int:
+    """The earliest trial whose median is the winner's or inside the tie band of it (the
+    job's noise or either figure's own spread, ``autotuner.noise.tie_band_pct``): where the job first
+    ran a config the noise cannot tell from its winner. The winner itself, if none before it."""
+    for number in sorted(runs):
+        c = runs[number]
+        band = tie_band_pct(noise, winner.spread_pct, c.spread_pct)
+        if c.n and c.median >= winner.median * (1.0 - band / 100.0):
+            return number
+    return winner.trial.number
+
+
 def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
     """The memory model's error on the trials it predicted before they ran, per phase:
     mean and largest |measured - predicted| (GiB), and the mean relative to measured (%).
@@ -247,6 +259,11 @@ class JobSummary:
     # What the job had spent once the winner's first run was over: the GPU-seconds of the runs
     # numbered up to it (runs are numbered as they start; ``gpu_seconds_to``).
     gpu_seconds_to_best: float | None = None
+    # The earliest trial inside the tie band of the winner (``first_tied``; the winner when
+    # none ran before it) and what the job had spent once its first run ended: a config the
+    # noise cannot tell from the winner had run by then.
+    first_tied: int | None = None
+    gpu_seconds_to_tie: float | None = None
     # Who picked the winner: "verl" (its best verl-measured median) or "trials" (the trials'
     # figures); each trial verified in verl, by number (``verl_results.summary_of``).
     winner_source: str = "trials"
@@ -285,9 +302,15 @@ class JobSummary:
         share = (
             f", {100 * self.gpu_seconds_to_best / self.gpu_seconds:.0f}% of it" if self.gpu_seconds else ""
         )
-        return (
+        line = (
             f"{line}; the winner (trial {self.best}) was found after {self.gpu_seconds_to_best:.0f} "
             f"GPU-seconds ({self.gpu_seconds_to_best / 60:.1f} GPU-minutes{share})"
+        )
+        if self.first_tied is None or self.first_tied == self.best or self.gpu_seconds_to_tie is None:
+            return line
+        return (
+            f"{line}; a config inside its tie band (trial {self.first_tied}) "
+            f"after {self.gpu_seconds_to_tie:.0f} ({self.gpu_seconds_to_tie / 60:.1f} GPU-minutes)"
         )
 
     def noise_line(self) -> str:
@@ -372,6 +395,8 @@ def summarize(
         out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
         out.best_runs, out.tied_with = winner.n, tied
         out.gpu_seconds_to_best = gpu_seconds_to(recs, winner.trial.number)
+        out.first_tied = first_tied(winner, runs, noise)
+        out.gpu_seconds_to_tie = gpu_seconds_to(recs, out.first_tied)
         if winner.n >= 2:
             out.best_throughput_range = [winner.low, winner.high]
             out.best_spread_pct = winner.spread_pct

@@ -186,6 +186,15 @@ class JobPublic(BaseModel):
         description="What it had cost when the winner's first run ended: the GPU-seconds of the runs "
         "numbered up to it (runs are numbered as they start).",
     )
+    first_tied: int | None = Field(
+        default=None,
+        description="The earliest trial whose median throughput is inside the tie band of the winner's "
+        "(the winner itself when none ran before it): a config the noise cannot tell from the winner.",
+    )
+    gpu_seconds_to_tie: float | None = Field(
+        default=None,
+        description="What it had cost when first_tied's first run ended, counted as gpu_seconds_to_best.",
+    )
     spec: dict[str, Any]
 
     @classmethod
@@ -210,10 +219,11 @@ class JobPublic(BaseModel):
         if job.status == "running" and elapsed is not None and done:
             eta = elapsed / done * max(job.trials_total - done, 0)
         runs = runs_of(records)
-        noise, baselines, cost, cost_to_best = None, [], None, None
+        noise, baselines, cost, cost_to_best, tied, cost_to_tie = None, [], None, None, None, None
         if spec is not None:
             summary = summarize(spec, records, "")
             cost, cost_to_best = summary.gpu_seconds, summary.gpu_seconds_to_best
+            tied, cost_to_tie = summary.first_tied, summary.gpu_seconds_to_tie
             noise = NoisePublic(
                 measured_pct=summary.noise_pct,
                 floor_pct=summary.noise_band_pct,
@@ -255,6 +265,8 @@ class JobPublic(BaseModel):
             baselines=baselines,
             gpu_seconds=cost,
             gpu_seconds_to_best=cost_to_best,
+            first_tied=tied,
+            gpu_seconds_to_tie=cost_to_tie,
             spec=json.loads(job.spec_json),
         )
 

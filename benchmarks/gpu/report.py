@@ -195,6 +195,22 @@ def gpu_seconds_to(trials: list[dict[str, Any]], number: int) -> float:
     return sum((t["wall_s"] or 0.0) * gpus(t) for t in trials if t["number"] <= number)
 
 
+def first_tied(trials: list[dict[str, Any]], summary: dict[str, Any]) -> int | None:
+    """The earliest trial whose median is inside the tie band of the winner's (the job's band
+    or either one's spread: ``autotuner.summary.first_tied``, on the data file's runs); None
+    where the data file names no winner or no band."""
+    best, band = summary.get("best"), summary.get("tie_band_pct")
+    runs = runs_by_trial(trials)
+    if best not in runs or band is None:
+        return None
+    top = statistics.median(runs[best])
+    for number in sorted(runs):
+        spreads = (s for s in (spread_pct(runs[best]), spread_pct(runs[number])) if s is not None)
+        if statistics.median(runs[number]) >= top * (1.0 - max([band, *spreads]) / 100.0):
+            return number
+    return best
+
+
 def job_report(job: dict[str, Any]) -> list[str]:
     trials = job["trials"]
     summary = job["summary"]
@@ -203,6 +219,12 @@ def job_report(job: dict[str, Any]) -> list[str]:
     gpu_s = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials)
     best = summary.get("best")
     to_best = gpu_seconds_to(trials, best) if best is not None else 0.0
+    tied = first_tied(trials, summary)
+    tie = (
+        f"; trial {tied}, inside its tie band, after {gpu_seconds_to(trials, tied):.0f}"
+        if tied is not None and tied != best
+        else ""
+    )
     measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
     rate = trials_per_hour(job, measured)
     lines = [
@@ -212,7 +234,7 @@ def job_report(job: dict[str, Any]) -> list[str]:
         + ", ".join(f"{n} {s}" for s, n in counts.most_common())
         + f"; {gpu_s:.0f} GPU-seconds in all"
         + (
-            f" (the winner, trial {best}, found after {to_best:.0f}, {100 * to_best / gpu_s:.0f}%)"
+            f" (the winner, trial {best}, found after {to_best:.0f}, {100 * to_best / gpu_s:.0f}%{tie})"
             if best is not None and gpu_s
             else ""
         )

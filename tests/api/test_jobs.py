@@ -50,6 +50,10 @@ def test_a_train_job_runs_to_succeeded_and_reports_its_trials(server, finished_j
         to_best = sum(t["wall_s"] for t in trials if t["number"] <= job["best"]["number"])
         assert job["gpu_seconds_to_best"] == pytest.approx(to_best)
         assert 0 < to_best <= job["gpu_seconds"]
+        # The earliest trial inside the winner's tie band, and what the job had spent by it.
+        assert job["first_tied"] is not None and job["first_tied"] <= job["best"]["number"]
+        to_tie = sum(t["wall_s"] for t in trials if t["number"] <= job["first_tied"])
+        assert job["gpu_seconds_to_tie"] == pytest.approx(to_tie)
         fastest = max(ok, key=lambda t: t["runs"]["median"])  # the median of its runs
         if fastest["runs"]["runs"] == 1:
             assert job["best"]["number"] == fastest["number"]
@@ -158,6 +162,11 @@ def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
     assert re.search(r"verl-v0\.9-defaults \(trial 0\): [\d.]+ tok/s/GPU \(n=3", shown.stdout), shown.stdout
     cost = f"  cost: {finished_job['gpu_seconds'] / 60:.1f} GPU-minutes; the best was found after "
     assert f"{cost}{finished_job['gpu_seconds_to_best'] / 60:.1f}" in shown.stdout, shown.stdout
+    tie = f"; a config inside its tie band (trial {finished_job['first_tied']}) after "
+    if finished_job["first_tied"] == finished_job["best"]["number"]:
+        assert tie not in shown.stdout, shown.stdout
+    else:
+        assert f"{tie}{finished_job['gpu_seconds_to_tie'] / 60:.1f}" in shown.stdout, shown.stdout
 
     exported = _cli("export", job_id, "--server", server.url)
     assert exported.returncode == 0, exported.stderr

@@ -128,3 +128,31 @@ def test_within_the_floor_the_smaller_finalist_wins() -> None:
     recs = _job([100.0, 100.5, 99.5], [80.0, 80.4, 79.6], other=[99.0, 99.5, 98.5])
     winner, tied = choose(_spec(), recs)
     assert winner is not None and winner.trial.number == 2 and tied == [1]
+
+
+def _costed(defaults: list[float]) -> list[TrialRecord]:
+    """verl's defaults (trial 0, re-run as trials 4 and 5), a slow trial 1, trial 2 at 96 and
+    the winner, trial 3, at 100 (one run each); trial n's run cost 10 x (n + 1) GPU-seconds."""
+    values = [(defaults[0], {"baseline": "verl-v0.9-defaults"}), (90.0, {}), (96.0, {}), (100.0, {})]
+    values += [(v, {"repeat_of": 0}) for v in defaults[1:]]
+    return [_trial(n, v, wall_s=10.0 * (n + 1), gpus=1, **attrs) for n, (v, attrs) in enumerate(values)]
+
+
+def test_the_cost_to_a_config_inside_the_winners_tie_band_is_reported() -> None:
+    # The defaults' runs spread 6%: trial 2, 4% below the winner, ties it; the slower 1 does not.
+    summary = summarize(_spec(), _costed([80.0, 77.6, 82.4]), "done")
+    assert summary.best == 3 and summary.first_tied == 2
+    assert summary.gpu_seconds_to_best == pytest.approx(10 + 20 + 30 + 40)
+    assert summary.gpu_seconds_to_tie == pytest.approx(10 + 20 + 30)
+    assert "a config inside its tie band (trial 2) after 60 (1.0 GPU-minutes)" in summary.cost_line()
+    # Quiet baselines (1% spread) leave the 2% floor: 4% apart is no tie, the winner is the first.
+    quiet = summarize(_spec(), _costed([80.0, 80.4, 79.6]), "done")
+    assert quiet.best == 3 and quiet.first_tied == 3
+    assert quiet.gpu_seconds_to_tie == quiet.gpu_seconds_to_best
+    assert "tie band (trial" not in quiet.cost_line()
+    # A figure's own spread widens its band too: trial 2 at 96 with runs 92-100 (8.3%) ties.
+    spread = _costed([80.0, 80.4, 79.6]) + [
+        _trial(6, 92.0, wall_s=5.0, repeat_of=2),
+        _trial(7, 100.0, repeat_of=2),
+    ]
+    assert summarize(_spec(), spread, "done").first_tied == 2

@@ -139,3 +139,24 @@ def test_the_report_splits_the_jobs_gpu_time_by_part() -> None:
     assert len(shares) == sum(1 for v in parts.values() if v) and abs(sum(shares) - 100) <= len(shares)
     old = json.loads((REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-h200.json").read_text())["jobs"][0]
     assert gpu_time_parts(old["trials"]) is None and "not shown" in gpu_time_line(old["trials"])
+
+
+def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
+    """The composed Qwen2-7B job (real data): verl's example (trial 1) is inside the tie band
+    of the winner's single run, so the report says what the job had spent once it ran."""
+    from benchmarks.gpu.report import THROUGHPUT, first_tied, gpu_seconds_to, report
+
+    doc = json.loads(
+        (REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-composed-h200x2-partial.json").read_text()
+    )
+    job = doc["jobs"][0]
+    summary, trials = job["summary"], job["trials"]
+    best = summary["best"]
+    tput = {t["number"]: t["metrics"].get(THROUGHPUT) for t in trials if t["status"] == "ok"}
+    band = summary["tie_band_pct"]
+    assert tput[1] >= tput[best] * (1 - band / 100) and tput[0] < tput[best] * (1 - band / 100)
+    assert first_tied(trials, summary) == 1 < best
+    line = next(line for line in report(doc).splitlines() if "GPU-seconds in all" in line)
+    assert f"; trial 1, inside its tie band, after {gpu_seconds_to(trials, 1):.0f})" in line, line
+    # Without a band (older data files) nothing is claimed.
+    assert first_tied(trials, dict(summary, tie_band_pct=None)) is None

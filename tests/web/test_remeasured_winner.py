@@ -77,3 +77,10 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     assert 0 < summary.gpu_seconds_to_best < summary.gpu_seconds  # type: ignore[operator]
     cost = f"{duration(summary.gpu_seconds)}, the best found after {duration(summary.gpu_seconds_to_best)}"
     assert "<dd data-gpu-time" in page and cost in page, cost
+    # And once a config the noise cannot tell from the winner had run, linked to its row: on
+    # this CPU landscape the baselines' runs spread wide, so an earlier trial ties the winner.
+    tied = summary.first_tied
+    assert tied is not None and tied < summary.best and summary.gpu_seconds_to_tie is not None
+    assert 0 < summary.gpu_seconds_to_tie < summary.gpu_seconds_to_best  # type: ignore[operator]
+    shown_tie = f'(<a href="#trial-{tied}">#{tied}</a>) after <span data-gpu-time-to-tie>'
+    assert f"{shown_tie}{duration(summary.gpu_seconds_to_tie)}</span>" in page
