@@ -9,7 +9,9 @@ spread and n of its runs and the step's composition; the best trial against each
 baseline, a tie when the gap is inside the band (``autotuner.noise``); the best trial per
 rollout TP size (when TP was searched); the trials that ran out of memory, by phase, with
 the GPU-seconds they cost (a trial's wall time, start-up included, times the GPUs it held);
-the GPU-seconds of the whole job and its measured trials per hour of wall-clock time.
+the GPU-seconds of the whole job, what it had spent once its winner first ran and once the
+earliest trial inside the winner's tie band did, and its measured trials per hour of
+wall-clock time.
 
 ``--compare``: the jobs side by side, one row per rollout engine (vLLM against SGLang on
 the same workload): what each tuning found and cost, then the configs both measured (the
