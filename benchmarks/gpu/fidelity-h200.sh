@@ -6,6 +6,9 @@
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
 # PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
 # STUDY_RESUME=DIR: go on with the job whose database an earlier host packed (run-studies.sh).
+# PLAN_THEN=cross: once the job has ended, the search benchmark's cross design on the job's GPUs
+# (record-cross.sh), resuming benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides.json
+# where a file of that name is carried (the landscape poll.sh packed on an earlier host).
 # usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
@@ -30,5 +33,13 @@ fi
 job=${PLAN_JOB:-benchmarks/jobs/qwen2.5-1.5b-grpo.yaml}
 log "2: the job $job"
 STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh "$job"
-while kill -0 "$(cat "/tmp/at/logs/$(basename "$job" .yaml).pid")" 2>/dev/null; do sleep 5; done
+study=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
+while kill -0 "$(cat "/tmp/at/logs/$study.pid")" 2>/dev/null; do sleep 5; done
+log "the job ended: $(tail -n 1 "/tmp/at/logs/$study.log")"
+if [ "${PLAN_THEN:-}" = cross ]; then
+  sides=benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides.json
+  log "3: the search benchmark's cross design${STUDY_GPUS:+ on GPUs $STUDY_GPUS}"
+  RECORD_GPUS=$(tr ',' ' ' <<< "${STUDY_GPUS:-0}") RECORD_RESUME=$([ -f "$sides" ] && echo "$sides") \
+    bash benchmarks/gpu/record-cross.sh
+fi
 log "plan done"
