@@ -9,9 +9,10 @@ spread and n of its runs and the step's composition; the best trial against each
 baseline, a tie when the gap is inside the band (``autotuner.noise``); the best trial per
 rollout TP size (when TP was searched); the trials that ran out of memory, by phase, with
 the GPU-seconds they cost (a trial's wall time, start-up included, times the GPUs it held);
-the GPU-seconds of the whole job, what it had spent once its winner first ran and once the
-earliest trial inside the winner's tie band did, and its measured trials per hour of
-wall-clock time.
+the GPU-seconds of the whole job, what it had spent once its winner first ran, once the
+earliest trial inside the winner's tie band did and, where that was one of verl's baselines,
+once the earliest of the search's own configs inside it did; and its measured trials per
+hour of wall-clock time.
 
 ``--compare``: the jobs side by side, one row per rollout engine (vLLM against SGLang on
 the same workload): what each tuning found and cost, then the configs both measured (the
@@ -197,16 +198,18 @@ def gpu_seconds_to(trials: list[dict[str, Any]], number: int) -> float:
     return sum((t["wall_s"] or 0.0) * gpus(t) for t in trials if t["number"] <= number)
 
 
-def first_tied(trials: list[dict[str, Any]], summary: dict[str, Any]) -> int | None:
+def first_tied(trials: list[dict[str, Any]], summary: dict[str, Any], proposed: bool = False) -> int | None:
     """The earliest trial whose median is inside the tie band of the winner's (the job's band
     or either one's spread: ``autotuner.summary.first_tied``, on the data file's runs); None
-    where the data file names no winner or no band."""
+    where the data file names no winner or no band. ``proposed``: the earliest of the
+    search's own configs, verl's baselines left out."""
     best, band = summary.get("best"), summary.get("tie_band_pct")
     runs = runs_by_trial(trials)
     if best not in runs or band is None:
         return None
+    baselines = {t["number"] for t in trials if t.get("baseline")} if proposed else set()
     top = statistics.median(runs[best])
-    for number in sorted(runs):
+    for number in sorted(runs.keys() - baselines):
         spreads = (s for s in (spread_pct(runs[best]), spread_pct(runs[number])) if s is not None)
         if statistics.median(runs[number]) >= top * (1.0 - max([band, *spreads]) / 100.0):
             return number
@@ -221,12 +224,16 @@ def job_report(job: dict[str, Any]) -> list[str]:
     gpu_s = sum((t["wall_s"] or 0.0) * gpus(t) for t in trials)
     best = summary.get("best")
     to_best = gpu_seconds_to(trials, best) if best is not None else 0.0
-    tied = first_tied(trials, summary)
+    tied, found = first_tied(trials, summary), first_tied(trials, summary, proposed=True)
     tie = (
         f"; trial {tied}, inside its tie band, after {gpu_seconds_to(trials, tied):.0f}"
         if tied is not None and tied != best
         else ""
     )
+    if found is not None and found not in (tied, best):
+        tie += (
+            f"; trial {found}, the first of the search's inside it, after {gpu_seconds_to(trials, found):.0f}"
+        )
     measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
     rate = trials_per_hour(job, measured)
     lines = [

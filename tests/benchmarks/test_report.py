@@ -157,7 +157,16 @@ def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
     floor = median[best] * (1 - summary["tie_band_pct"] / 100)
     assert median[1] >= floor > median[0]
     assert first_tied(trials, summary) == 1 < best
+    # verl's example is a baseline: the search's own first config inside the band is the
+    # earliest proposal whose median clears the same floor.
+    proposals = [n for n in sorted(median) if not next(t for t in trials if t["number"] == n)["baseline"]]
+    found = next(n for n in proposals if median[n] >= floor)
+    assert first_tied(trials, summary, proposed=True) == found not in (1, best)
     line = next(line for line in report(doc).splitlines() if "GPU-seconds in all" in line)
-    assert f"; trial 1, inside its tie band, after {gpu_seconds_to(trials, 1):.0f})" in line, line
+    assert f"; trial 1, inside its tie band, after {gpu_seconds_to(trials, 1):.0f};" in line, line
+    assert (
+        f"; trial {found}, the first of the search's inside it, after {gpu_seconds_to(trials, found):.0f})"
+        in line
+    ), line
     # Without a band (older data files) nothing is claimed.
     assert first_tied(trials, dict(summary, tie_band_pct=None)) is None
