@@ -631,6 +631,15 @@ def status(
                 f"; a config inside its tie band (trial {job['first_tied']}) after "
                 f"{job['gpu_seconds_to_tie'] / 60:.1f}"
             )
+        own = job.get("first_tied_proposed")
+        if job.get("gpu_seconds_to_tie_proposed") is not None and own not in (
+            job.get("first_tied"),
+            (job.get("best") or {}).get("number"),
+        ):
+            found += (
+                f"; the search's first config inside its tie band (trial {own}) after "
+                f"{job['gpu_seconds_to_tie_proposed'] / 60:.1f}"
+            )
         so_far = " so far" if job["status"] in ("queued", "running") else ""
         console.print(f"  cost: {job['gpu_seconds'] / 60:.1f} GPU-minutes{so_far}{found}")
     if job.get("elapsed_s") is not None:

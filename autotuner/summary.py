@@ -18,7 +18,7 @@ finished, the best verl-measured median wins instead (``pick``), and the summary
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,16 +186,20 @@ def gpu_seconds_to(recs: list[TrialRecord], number: int) -> float:
     return gpu_seconds([r for r in recs if r.number <= number])
 
 
-def first_tied(winner: Runs, runs: dict[int, Runs], noise: Noise) -> int:
+def first_tied(
+    winner: Runs, runs: dict[int, Runs], noise: Noise, left_out: Collection[int] = ()
+) -> int | None:
     """The earliest trial whose median is the winner's or inside the tie band of it (the
     job's noise or either figure's own spread, ``autotuner.noise.tie_band_pct``): where the job first
-    ran a config the noise cannot tell from its winner. The winner itself, if none before it."""
+    ran a config the noise cannot tell from its winner. The winner itself, if none before it.
+    ``left_out``: trials not to name (verl's baselines, for the search's own first); None when
+    every such trial, the winner included, is left out."""
     for number in sorted(runs):
         c = runs[number]
         band = tie_band_pct(noise, winner.spread_pct, c.spread_pct)
-        if c.n and c.median >= winner.median * (1.0 - band / 100.0):
+        if number not in left_out and c.n and c.median >= winner.median * (1.0 - band / 100.0):
             return number
-    return winner.trial.number
+    return None if winner.trial.number in left_out else winner.trial.number
 
 
 def memory_errors(recs: list[TrialRecord]) -> dict[str, Any]:
@@ -264,6 +268,11 @@ class JobSummary:
     # noise cannot tell from the winner had run by then.
     first_tied: int | None = None
     gpu_seconds_to_tie: float | None = None
+    # The same among the search's own configs, verl's baselines left out: where first_tied is a
+    # baseline (or the winner is), what the job had spent once the search itself had run a
+    # config as good as the winner.
+    first_tied_proposed: int | None = None
+    gpu_seconds_to_tie_proposed: float | None = None
     # Who picked the winner: "verl" (its best verl-measured median) or "trials" (the trials'
     # figures); each trial verified in verl, by number (``verl_results.summary_of``).
     winner_source: str = "trials"
@@ -306,12 +315,22 @@ class JobSummary:
             f"{line}; the winner (trial {self.best}) was found after {self.gpu_seconds_to_best:.0f} "
             f"GPU-seconds ({self.gpu_seconds_to_best / 60:.1f} GPU-minutes{share})"
         )
-        if self.first_tied is None or self.first_tied == self.best or self.gpu_seconds_to_tie is None:
-            return line
-        return (
-            f"{line}; a config inside its tie band (trial {self.first_tied}) "
-            f"after {self.gpu_seconds_to_tie:.0f} ({self.gpu_seconds_to_tie / 60:.1f} GPU-minutes)"
-        )
+        if (
+            self.first_tied is not None
+            and self.first_tied != self.best
+            and self.gpu_seconds_to_tie is not None
+        ):
+            line = (
+                f"{line}; a config inside its tie band (trial {self.first_tied}) "
+                f"after {self.gpu_seconds_to_tie:.0f} ({self.gpu_seconds_to_tie / 60:.1f} GPU-minutes)"
+            )
+        own, cost = self.first_tied_proposed, self.gpu_seconds_to_tie_proposed
+        if own is not None and own not in (self.first_tied, self.best) and cost is not None:
+            line = (
+                f"{line}; the search's first config inside the winner's tie band (trial {own}) "
+                f"after {cost:.0f} ({cost / 60:.1f} GPU-minutes)"
+            )
+        return line
 
     def noise_line(self) -> str:
         """The job's noise and tie band, for the CLI and logs."""
@@ -396,7 +415,11 @@ def summarize(
         out.best_runs, out.tied_with = winner.n, tied
         out.gpu_seconds_to_best = gpu_seconds_to(recs, winner.trial.number)
         out.first_tied = first_tied(winner, runs, noise)
-        out.gpu_seconds_to_tie = gpu_seconds_to(recs, out.first_tied)
+        out.first_tied_proposed = first_tied(winner, runs, noise, {r.number for r in recs if r.baseline})
+        if out.first_tied is not None:
+            out.gpu_seconds_to_tie = gpu_seconds_to(recs, out.first_tied)
+        if out.first_tied_proposed is not None:
+            out.gpu_seconds_to_tie_proposed = gpu_seconds_to(recs, out.first_tied_proposed)
         if winner.n >= 2:
             out.best_throughput_range = [winner.low, winner.high]
             out.best_spread_pct = winner.spread_pct

@@ -195,6 +195,16 @@ class JobPublic(BaseModel):
         default=None,
         description="What it had cost when first_tied's first run ended, counted as gpu_seconds_to_best.",
     )
+    first_tied_proposed: int | None = Field(
+        default=None,
+        description="first_tied among the search's own trials, verl's baselines left out (differs "
+        "from first_tied where a baseline ties the winner; null if the winner is a baseline none ties).",
+    )
+    gpu_seconds_to_tie_proposed: float | None = Field(
+        default=None,
+        description="What it had cost when first_tied_proposed's first run ended, counted as "
+        "gpu_seconds_to_best.",
+    )
     spec: dict[str, Any]
 
     @classmethod
@@ -220,10 +230,12 @@ class JobPublic(BaseModel):
             eta = elapsed / done * max(job.trials_total - done, 0)
         runs = runs_of(records)
         noise, baselines, cost, cost_to_best, tied, cost_to_tie = None, [], None, None, None, None
+        own, cost_to_own = None, None
         if spec is not None:
             summary = summarize(spec, records, "")
             cost, cost_to_best = summary.gpu_seconds, summary.gpu_seconds_to_best
             tied, cost_to_tie = summary.first_tied, summary.gpu_seconds_to_tie
+            own, cost_to_own = summary.first_tied_proposed, summary.gpu_seconds_to_tie_proposed
             noise = NoisePublic(
                 measured_pct=summary.noise_pct,
                 floor_pct=summary.noise_band_pct,
@@ -267,6 +279,8 @@ class JobPublic(BaseModel):
             gpu_seconds_to_best=cost_to_best,
             first_tied=tied,
             gpu_seconds_to_tie=cost_to_tie,
+            first_tied_proposed=own,
+            gpu_seconds_to_tie_proposed=cost_to_own,
             spec=json.loads(job.spec_json),
         )
 

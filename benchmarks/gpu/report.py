@@ -202,7 +202,7 @@ def first_tied(trials: list[dict[str, Any]], summary: dict[str, Any], proposed: 
     """The earliest trial whose median is inside the tie band of the winner's (the job's band
     or either one's spread: ``autotuner.summary.first_tied``, on the data file's runs); None
     where the data file names no winner or no band. ``proposed``: the earliest of the
-    search's own configs, verl's baselines left out."""
+    search's own configs, verl's baselines left out (None if the winner is one and none ties it)."""
     best, band = summary.get("best"), summary.get("tie_band_pct")
     runs = runs_by_trial(trials)
     if best not in runs or band is None:
@@ -213,7 +213,7 @@ def first_tied(trials: list[dict[str, Any]], summary: dict[str, Any], proposed: 
         spreads = (s for s in (spread_pct(runs[best]), spread_pct(runs[number])) if s is not None)
         if statistics.median(runs[number]) >= top * (1.0 - max([band, *spreads]) / 100.0):
             return number
-    return best
+    return None if best in baselines else best
 
 
 def job_report(job: dict[str, Any]) -> list[str]:
@@ -231,9 +231,8 @@ def job_report(job: dict[str, Any]) -> list[str]:
         else ""
     )
     if found is not None and found not in (tied, best):
-        tie += (
-            f"; trial {found}, the first of the search's inside it, after {gpu_seconds_to(trials, found):.0f}"
-        )
+        band = "it" if tie else "its tie band"
+        tie += f"; trial {found}, the search's first inside {band}, after {gpu_seconds_to(trials, found):.0f}"
     measured = sum(counts[s] for s in ("ok", "oom", "error", "timeout"))
     rate = trials_per_hour(job, measured)
     lines = [

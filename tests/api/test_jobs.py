@@ -54,6 +54,18 @@ def test_a_train_job_runs_to_succeeded_and_reports_its_trials(server, finished_j
         assert job["first_tied"] is not None and job["first_tied"] <= job["best"]["number"]
         to_tie = sum(t["wall_s"] for t in trials if t["number"] <= job["first_tied"])
         assert job["gpu_seconds_to_tie"] == pytest.approx(to_tie)
+        # ... and the search's own first there, verl's baselines left out: the same trial unless
+        # that one is a baseline.
+        baselines = {t["number"] for t in measured if t["baseline"]}
+        own = job["first_tied_proposed"]
+        if job["first_tied"] not in baselines:
+            assert own == job["first_tied"]
+        elif own is None:
+            assert job["best"]["number"] in baselines and job["gpu_seconds_to_tie_proposed"] is None
+        else:
+            assert own not in baselines and own != job["first_tied"]
+            to_own = sum(t["wall_s"] for t in trials if t["number"] <= own)
+            assert job["gpu_seconds_to_tie_proposed"] == pytest.approx(to_own)
         fastest = max(ok, key=lambda t: t["runs"]["median"])  # the median of its runs
         if fastest["runs"]["runs"] == 1:
             assert job["best"]["number"] == fastest["number"]
@@ -167,6 +179,12 @@ def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
         assert tie not in shown.stdout, shown.stdout
     else:
         assert f"{tie}{finished_job['gpu_seconds_to_tie'] / 60:.1f}" in shown.stdout, shown.stdout
+    own = finished_job["first_tied_proposed"]
+    said = f"; the search's first config inside its tie band (trial {own}) after "
+    if own in (None, finished_job["first_tied"], finished_job["best"]["number"]):
+        assert "the search's first" not in shown.stdout, shown.stdout
+    else:
+        assert f"{said}{finished_job['gpu_seconds_to_tie_proposed'] / 60:.1f}" in shown.stdout, shown.stdout
 
     exported = _cli("export", job_id, "--server", server.url)
     assert exported.returncode == 0, exported.stderr

@@ -156,3 +156,23 @@ def test_the_cost_to_a_config_inside_the_winners_tie_band_is_reported() -> None:
         _trial(7, 100.0, repeat_of=2),
     ]
     assert summarize(_spec(), spread, "done").first_tied == 2
+
+
+def test_where_a_baseline_ties_the_winner_the_searchs_own_first_tied_config_is_reported() -> None:
+    # verl's defaults at 99 (runs 95-100, a 5% band) tie the winner, trial 3 at 100: the first
+    # config inside its band is that baseline; the search's own first is trial 2 at 96.
+    summary = summarize(_spec(), _costed([99.0, 95.0, 100.0]), "done")
+    assert (summary.best, summary.first_tied, summary.first_tied_proposed) == (3, 0, 2)
+    assert summary.gpu_seconds_to_tie == pytest.approx(10)
+    assert summary.gpu_seconds_to_tie_proposed == pytest.approx(10 + 20 + 30)
+    line = summary.cost_line()
+    assert "a config inside its tie band (trial 0) after 10 (0.2 GPU-minutes)" in line, line
+    assert "the search's first config inside the winner's tie band (trial 2) after 60 (1.0" in line, line
+    # The winner is verl's defaults (median 101): the search's first config inside its band.
+    won = summarize(_spec(), _costed([101.0, 99.0, 103.0]), "done")
+    assert (won.best, won.first_tied, won.first_tied_proposed) == (0, 0, 3)
+    assert "the search's first config inside the winner's tie band (trial 3) after 100" in won.cost_line()
+    # Where the first tied config is the search's own, nothing more is said.
+    own = summarize(_spec(), _costed([80.0, 77.6, 82.4]), "done")
+    assert own.first_tied == own.first_tied_proposed == 2
+    assert "the search's first" not in own.cost_line()

@@ -165,8 +165,7 @@ def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
     line = next(line for line in report(doc).splitlines() if "GPU-seconds in all" in line)
     assert f"; trial 1, inside its tie band, after {gpu_seconds_to(trials, 1):.0f};" in line, line
     assert (
-        f"; trial {found}, the first of the search's inside it, after {gpu_seconds_to(trials, found):.0f})"
-        in line
+        f"; trial {found}, the search's first inside it, after {gpu_seconds_to(trials, found):.0f})" in line
     ), line
     # Without a band (older data files) nothing is claimed.
     assert first_tied(trials, dict(summary, tie_band_pct=None)) is None

@@ -17,7 +17,7 @@ from autotuner.spec import JobSpec
 from autotuner.study import StudyRunner
 from autotuner.summary import runs_of, summarize
 
-from .conftest import app_with_job
+from .conftest import app_with_job, replay_runner
 
 REPO = Path(__file__).resolve().parents[2]
 LANDSCAPE = REPO / "benchmarks" / "search" / "landscapes" / "cpu-train-mid.json"
@@ -84,3 +84,37 @@ def test_the_page_and_the_api_show_the_winners_median_and_spread(tmp_path: Path)
     assert 0 < summary.gpu_seconds_to_tie < summary.gpu_seconds_to_best  # type: ignore[operator]
     shown_tie = f'(<a href="#trial-{tied}">#{tied}</a>) after <span data-gpu-time-to-tie>'
     assert f"{shown_tie}{duration(summary.gpu_seconds_to_tie)}</span>" in page
+    # Where that earlier trial is one of verl's baselines, the search's own first one too.
+    own = summary.first_tied_proposed
+    if own in (None, tied, summary.best):
+        assert "data-gpu-time-to-search-tie" not in page
+    else:
+        shown_own = f'(<a href="#trial-{own}">#{own}</a>) after <span data-gpu-time-to-search-tie>'
+        assert f"{shown_own}{duration(summary.gpu_seconds_to_tie_proposed)}</span>" in page
+
+
+def test_where_verls_defaults_win_the_page_names_the_searchs_first_config_inside_their_band(
+    tmp_path: Path,
+) -> None:
+    """Replayed with seed 1, verl's defaults are the winner: the page's GPU-time line names
+    the search's first config inside their tie band, linked to its row, and what it cost."""
+    landscape = Landscape.load(LANDSCAPE)
+    data = landscape.spec.model_dump(mode="json") | {"seed": 1}
+    data["budget"] |= {"max_trials": 8, "remeasure_finalists": 2, "remeasure_runs": 3, "patience_trials": 0}
+    spec = JobSpec.model_validate(data)
+    app, job, study = app_with_job(tmp_path, spec)
+    runner = replay_runner(spec, study, landscape)
+    runner.enqueue_baseline()
+    result = runner.run()
+    summary = summarize(spec, result.records, result.stop_reason)
+    baselines = {r.number for r in result.records if r.baseline}
+    assert summary.best in baselines and summary.first_tied == summary.best
+    own = summary.first_tied_proposed
+    assert own is not None and own not in baselines and summary.gpu_seconds_to_tie_proposed is not None
+    page = TestClient(app, base_url="http://127.0.0.1").get(f"/jobs/{job.id}").text
+    shown = f'the search\'s first inside its tie band (<a href="#trial-{own}">#{own}</a>) after '
+    assert (
+        f"{shown}<span data-gpu-time-to-search-tie>{duration(summary.gpu_seconds_to_tie_proposed)}</span>"
+        in page
+    )
+    assert f'id="trial-{own}"' in page  # the link's target, the trial's row
