@@ -212,7 +212,7 @@ CLAIMS: list[Claim] = [
     Claim("report-1.5b-job", job_report("results/qwen2.5-1.5b-grpo-job-h200.json")),
     Claim("report-1.5b", job_report("results/qwen2.5-1.5b-grpo-h200.json")),
     Claim("report-7b-job", job_report("results/qwen2-7b-grpo-8gpu-job-h200.json")),
-    Claim("report-7b-job-composed", job_report("results/qwen2-7b-grpo-8gpu-composed-h200x2-partial.json")),
+    Claim("report-7b-job-composed", job_report("results/qwen2-7b-grpo-8gpu-composed-h200.json")),
     Claim("report-7b-8gpu", job_report("results/qwen2-7b-grpo-8gpu-h200.json")),
     Claim("report-7b-1gpu", job_report("results/qwen2-7b-grpo-1gpu-h200.json")),
     Claim("report-memmodel", job_report("results/qwen2.5-1.5b-grpo-memmodel-h200.json")),

@@ -144,11 +144,11 @@ def test_the_report_splits_the_jobs_gpu_time_by_part() -> None:
 
 def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
     """The composed Qwen2-7B job (real data): verl's example (trial 1) is inside the tie band
-    of the winner's single run, so the report says what the job had spent once it ran."""
+    of the winner's median, so the report says what the job had spent once it ran."""
     from benchmarks.gpu.report import first_tied, gpu_seconds_to, report, runs_by_trial
 
     doc = json.loads(
-        (REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-composed-h200x2-partial.json").read_text()
+        (REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-composed-h200.json").read_text()
     )
     job = doc["jobs"][0]
     summary, trials = job["summary"], job["trials"]
