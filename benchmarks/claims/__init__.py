@@ -88,6 +88,7 @@ from benchmarks.claims.strategy import (
 from benchmarks.claims.top import (
     engines_top,
     first_pass_slowdown,
+    job_7b_composed_top,
     job_7b_top,
     job_top,
     load_test,
@@ -242,6 +243,7 @@ CLAIMS: list[Claim] = [
     Claim("search-h200-headline", search_h200_headline),
     Claim("job-top", job_top),
     Claim("job-7b-top", job_7b_top),
+    Claim("job-7b-composed-top", job_7b_composed_top),
     Claim("packed-job-top", packed_job_top),
     Claim("padded-figures", padded_figures),
     Claim("first-pass-slowdown", first_pass_slowdown),

@@ -159,3 +159,31 @@ def test_single_runs_without_measured_noise_make_no_claim_and_gaps_inside_the_sp
     assert "1.052x, a tie within the 10.8% run-to-run spread" in engines
     allocator = PARTS["verl-lanes-controls"][0].text
     assert "Medians 4347 against 4110 (1.058x), the band their spreads give 9.0%: a tie." in allocator
+
+
+def test_a_finished_jobs_headline_says_when_the_search_first_reached_the_winners_tie_band() -> None:
+    """The composed Qwen2-7B job: verl's example ties the winner and the search's own trial 4,
+    one run inside the winner's band, ran long before the winner did; the Qwen2.5-1.5B job's
+    first config inside the band is its winner, so its line says nothing more."""
+    from benchmarks.claims.top import JOB_1P5B, JOB_7B_COMPOSED
+    from benchmarks.gpu.report import first_tied, gpu_seconds_to
+
+    (composed,) = PARTS["job-7b-composed-top"]
+    job = claims.data.job_of(JOB_7B_COMPOSED)
+    trials, summary = job["trials"], job["summary"]
+    tied, best = first_tied(trials, summary, proposed=True), summary["best"]
+    assert tied is not None and tied < best
+    assert gpu_seconds_to(trials, tied) < gpu_seconds_to(trials, best)
+    assert (
+        f"the winner first ran after {gpu_seconds_to(trials, best) / 60:.0f} GPU-minutes, the search's "
+        f"first config inside its tie band (trial {tied}) after {gpu_seconds_to(trials, tied) / 60:.0f}."
+    ) in composed.text
+    assert f"{JOB_7B_COMPOSED}#{tied}" in composed.sources
+    assert (
+        "verl's example command ran at 4136 (n=3, spread 1.6%): a tie, inside the 8.4% tie band"
+        in composed.text
+    )
+    (first,) = PARTS["job-top"]
+    one = claims.data.job_of(JOB_1P5B)
+    assert first_tied(one["trials"], one["summary"], proposed=True) == one["summary"]["best"]
+    assert "tie band (trial" not in first.text

@@ -147,9 +147,7 @@ def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
     of the winner's median, so the report says what the job had spent once it ran."""
     from benchmarks.gpu.report import first_tied, gpu_seconds_to, report, runs_by_trial
 
-    doc = json.loads(
-        (REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-composed-h200.json").read_text()
-    )
+    doc = json.loads((REPO / "benchmarks/results/qwen2-7b-grpo-8gpu-composed-h200.json").read_text())
     job = doc["jobs"][0]
     summary, trials = job["summary"], job["trials"]
     best = summary["best"]
