@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On an H200 host: the trials' train phase against verl's layouts (layout_bench.py), then the
 # Qwen2.5-1.5B GRPO-like job with verl's two baselines (jobs/qwen2.5-1.5b-grpo.yaml), detached.
-# PLAN_JOB=benchmarks/jobs/qwen2-7b-grpo-8gpu.yaml: that job instead (any job spec).
+# PLAN_JOB=benchmarks/jobs/qwen2-7b-grpo-8gpu.yaml: that job instead (any job spec); PLAN_JOB=none:
+# no job (with PLAN_THEN=cross, the cross design alone on STUDY_GPUS).
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
 # PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
@@ -31,11 +32,13 @@ if [ "${PLAN_LAYOUT:-1}" = 1 ]; then
   log "layout done: $(tail -n 8 /tmp/at/logs/layout.log)"
 fi
 job=${PLAN_JOB:-benchmarks/jobs/qwen2.5-1.5b-grpo.yaml}
-log "2: the job $job"
-STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh "$job"
-study=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
-while kill -0 "$(cat "/tmp/at/logs/$study.pid")" 2>/dev/null; do sleep 5; done
-log "the job ended: $(tail -n 1 "/tmp/at/logs/$study.log")"
+if [ "$job" != none ]; then
+  log "2: the job $job"
+  STUDY_RAY=local STUDY_GPUS=${STUDY_GPUS:-0} bash benchmarks/gpu/run-studies.sh "$job"
+  study=$(basename "$job" .yaml)${STUDY_TAG:+-$STUDY_TAG}
+  while kill -0 "$(cat "/tmp/at/logs/$study.pid")" 2>/dev/null; do sleep 5; done
+  log "the job ended: $(tail -n 1 "/tmp/at/logs/$study.log")"
+fi
 if [ "${PLAN_THEN:-}" = cross ]; then
   sides=benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides.json
   log "3: the search benchmark's cross design${STUDY_GPUS:+ on GPUs $STUDY_GPUS}"
