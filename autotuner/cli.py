@@ -46,6 +46,13 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True)
 
+
+def say(line: str) -> None:
+    """Print one line of text as it is: no markup (job names and errors may hold brackets)
+    and no wrapping, so a long line stays one line for whoever reads or greps it."""
+    console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 OutDir = Annotated[Path, typer.Option("--out", "-o", help="Where the chosen config is written.")]
 TokenOpt = Annotated[
     str | None,
@@ -85,7 +92,7 @@ class _ProgressHooks(RunHooks):
 
     def _record(self, rec: TrialRecord) -> None:
         if rec.skipped or rec.repeat_of is not None:
-            self.progress.console.print(_trial_line(rec), markup=False, highlight=False)
+            self.progress.console.print(_trial_line(rec), markup=False, highlight=False, soft_wrap=True)
         if not rec.measured:
             return
         self.done += 1
@@ -93,7 +100,7 @@ class _ProgressHooks(RunHooks):
         per_trial = (time.monotonic() - self.started) / self.fresh
         eta = per_trial * max(self.total - self.done, 0)
         self.progress.update(self.task, completed=self.done, description=f"ETA {eta / 60:.1f} min")
-        self.progress.console.print(_trial_line(rec), markup=False, highlight=False)
+        self.progress.console.print(_trial_line(rec), markup=False, highlight=False, soft_wrap=True)
 
 
 def _trial_line(rec: TrialRecord) -> str:
@@ -220,31 +227,31 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         except AutotunerError as exc:
             _fail(str(exc))
     view = service.get_job(job.id)
-    console.print(f"stopped: {summary.stop_reason}; outcomes: {summary.counts}")
-    console.print(summary.cost_line(), markup=False, highlight=False)
+    say(f"stopped: {summary.stop_reason}; outcomes: {summary.counts}")
+    say(summary.cost_line())
     console.print(_pareto_table(spec, view.records, summary))
     chosen = view.best
     if chosen is None:
         _fail(f"no trial succeeded; see the errors above (`autotuner jobs {job.id}` lists them)", 1)
     memory = _memory_line(summary)
     if memory:
-        console.print(memory, markup=False, highlight=False)
+        say(memory)
     defaults = versus(
         summary.gain_over_baseline, summary.verdict_over_baseline, summary.tie_band_pct, "verl's defaults"
     )
     gain = f", {defaults}" if summary.gain_over_baseline else ""
     for number, verified in summary.verl.items():
-        console.print(_verl_line(number, verified), markup=False, highlight=False)
-    console.print(f"best: {summary.best_line()}{gain} on {chosen.device}", markup=False, highlight=False)
-    console.print(f"winner picked by {summary.winner_source}", markup=False, highlight=False)
-    console.print(summary.noise_line(), markup=False, highlight=False)
+        say(_verl_line(number, verified))
+    say(f"best: {summary.best_line()}{gain} on {chosen.device}")
+    say(f"winner picked by {summary.winner_source}")
+    say(summary.noise_line())
     for line in summary.versus_lines():
-        console.print(f"  {line}", markup=False, highlight=False)
+        say(f"  {line}")
     try:
         for path in _write_configs(service, job.id, chosen.number, out):
-            console.print(f"wrote {path}")
+            say(f"wrote {path}")
     except AutotunerError as exc:  # e.g. verl's own validation refuses the config
-        console.print(f"not written: {exc}", markup=False, highlight=False)
+        say(f"not written: {exc}")
     finally:
         service.close()
 
@@ -348,19 +355,19 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
         _fail(str(exc))
     job = view.job
     pareto = {r.number for r in front(view.spec, view.records)}
-    console.print(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
+    say(f"job {job.id} {job.name}: {job.status} ({job.stop_reason or ''})")
     verified = view.verified
     for r in view.records:
         line = _trial_line(r) + ("  [pareto]" if r.number in pareto else "")
         line += "  [verl]" if r.number in verified else ""
         if r.status != TrialStatus.OK and r.error_message:
             line += f"  {r.error_message.splitlines()[-1][:120]}"
-        console.print(line, markup=False, highlight=False)
+        say(line)
         if r.number in verified:
-            console.print(_verl_line(r.number, verified[r.number]), markup=False, highlight=False)
+            say(_verl_line(r.number, verified[r.number]))
     winner = view.best
     if winner is not None:
-        console.print(f"winner: trial {winner.number}, picked by {view.picked_by}", markup=False)
+        say(f"winner: trial {winner.number}, picked by {view.picked_by}")
 
 
 @app.command()
@@ -387,10 +394,10 @@ def verify(
     numbers = trial or sorted(verified)
     for number in numbers:
         if number in verified:
-            console.print(_verl_line(number, verified[number]), markup=False, highlight=False)
+            say(_verl_line(number, verified[number]))
     winner = view.best
     if winner is not None:
-        console.print(f"winner: trial {winner.number}, picked by {view.picked_by}", markup=False)
+        say(f"winner: trial {winner.number}, picked by {view.picked_by}")
 
 
 @app.command()
@@ -427,9 +434,9 @@ def _doctor_verl(settings: Settings) -> None:
     good, detail = _engine_importable("verl", python, {"PYTHONPATH": pythonpath} if pythonpath else None)
     where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
     state = "ok " + detail if good else "not importable (" + detail + ")"
-    console.print(f"verl: {state} (in {where})", markup=False)
+    say(f"verl: {state} (in {where})")
     if not good:
-        console.print(f"  runs in verl need it: {engine_fix(VERL)}", markup=False)
+        say(f"  runs in verl need it: {engine_fix(VERL)}")
 
 
 @app.command()
@@ -451,27 +458,24 @@ def doctor() -> None:
         env = {"PYTHONPATH": pythonpath} if pythonpath else None
         good, detail = _engine_importable(module, python, env)
         where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python
-        console.print(
-            f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'} (in {where})",
-            markup=False,
-        )
+        say(f"{module}: {'ok ' + detail if good else 'not importable (' + detail + ')'} (in {where})")
         if not good and module == "sglang":
-            console.print(f"  sglang jobs need it: {engine_fix('sglang')}", markup=False)
+            say(f"  sglang jobs need it: {engine_fix('sglang')}")
         ok &= good or module == "sglang"
     _doctor_verl(settings)
     try:
         ctx = JobContext.open(settings)
-        console.print(f"database: ok ({ctx.database.masked_url})")
+        say(f"database: ok ({ctx.database.masked_url})")
     except (StorageError, ValueError) as exc:
-        console.print(f"database: FAILED ({exc})")
+        say(f"database: FAILED ({exc})")
         ok = False
     try:
         from autotuner.executor import cluster_resources, ensure_ray
 
         ensure_ray(settings.ray_address, settings.ray_num_cpus)
-        console.print(f"ray: ok ({json.dumps(cluster_resources())})")
+        say(f"ray: ok ({json.dumps(cluster_resources())})")
     except Exception as exc:  # Ray raises many types on connection failures
-        console.print(f"ray: FAILED ({exc})")
+        say(f"ray: FAILED ({exc})")
         ok = False
     raise typer.Exit(0 if ok else 1)
 
@@ -583,7 +587,7 @@ def submit(
     # first attempt created instead of a second one.
     headers = {"Content-Type": media, "Idempotency-Key": uuid.uuid4().hex}
     created = _request("POST", server, "/v1/jobs", token, retries=3, content=text, headers=headers).json()
-    console.print(f"job {created['id']} {created['status']}: {created['url']}")
+    say(f"job {created['id']} {created['status']}: {created['url']}")
 
 
 @app.command()
@@ -598,11 +602,11 @@ def status(
     if as_json:
         sys.stdout.write(json.dumps(job, indent=2) + "\n")
         return
-    console.print(
+    say(
         f"job {job['id']} ({job['name']}): {job['status']}"
         + (f" ({job['stop_reason']})" if job.get("stop_reason") else "")
     )
-    console.print(f"  trials: {job['trials_done']}/{job['trials_total']}")
+    say(f"  trials: {job['trials_done']}/{job['trials_total']}")
     if job.get("best"):
         b = job["best"]
         runs = b.get("runs")
@@ -611,13 +615,13 @@ def status(
             if runs and runs["runs"] >= 2
             else " (1 run)"
         )
-        console.print(
+        say(
             f"  best so far: trial {b['number']}, "
             f"{b['throughput_tokens_per_s_per_gpu'] or 0:.1f} tok/s/GPU{spread}, peak "
             f"{b['peak_memory_gib'] or 0:.2f} GiB on {b['device']}"
         )
     for line in _noise_lines(job):
-        console.print(line, markup=False, highlight=False)
+        say(line)
     if job.get("gpu_seconds") is not None:
         found = (
             f"; the best was found after {job['gpu_seconds_to_best'] / 60:.1f} of them"
@@ -641,12 +645,12 @@ def status(
                 f"{job['gpu_seconds_to_tie_proposed'] / 60:.1f}"
             )
         so_far = " so far" if job["status"] in ("queued", "running") else ""
-        console.print(f"  cost: {job['gpu_seconds'] / 60:.1f} GPU-minutes{so_far}{found}")
+        say(f"  cost: {job['gpu_seconds'] / 60:.1f} GPU-minutes{so_far}{found}")
     if job.get("elapsed_s") is not None:
         eta = f", ETA {job['eta_s'] / 60:.1f} min" if job.get("eta_s") is not None else ""
-        console.print(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")
+        say(f"  elapsed: {job['elapsed_s'] / 60:.1f} min{eta}")
     if job.get("error"):
-        console.print(f"  error: {job['error']}")
+        say(f"  error: {job['error']}")
 
 
 def _noise_lines(job: dict[str, Any]) -> list[str]:

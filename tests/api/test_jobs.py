@@ -169,6 +169,9 @@ def test_the_cli_talks_to_the_server(server, finished_job, tmp_path) -> None:
     shown = _cli("status", job_id, "--server", server.url)
     assert shown.returncode == 0, shown.stderr
     assert f"job {job_id} (api-train): succeeded" in shown.stdout
+    # One line a fact, however long (the cost line is, with both tie-band figures): piped
+    # output is not wrapped at the console's width.
+    assert all(line.startswith(("job ", "  ")) for line in shown.stdout.splitlines()), shown.stdout
     assert "trials: 4/4" in shown.stdout and "best so far: trial" in shown.stdout
     assert "  noise: " in shown.stdout and "tie band" in shown.stdout  # the baselines' spread
     assert re.search(r"verl-v0\.9-defaults \(trial 0\): [\d.]+ tok/s/GPU \(n=3", shown.stdout), shown.stdout
