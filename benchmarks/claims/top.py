@@ -54,8 +54,8 @@ MICRO_BATCH = "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"
 def _job_headline(path: str, what: str, ran_on: str) -> list[Line]:
     """A finished job in the top README: its winner against verl's two baselines, each the
     median of its runs, judged against the pair's tie band; its cost, when the winner first
-    ran and, where earlier, when the first of the search's own configs inside the winner's tie
-    band did (``report.first_tied``)."""
+    ran and, where it is another trial, when the first of the search's own configs inside the
+    winner's tie band did (``report.first_tied``)."""
     job = job_of(path)
     summary, trials = job["summary"], job["trials"]
     best = summary["best"]
