@@ -32,6 +32,9 @@ A rank of a trial over several GPUs (``trials.ranks``) runs the same order with 
 ``RankGroup``: only a replica's leader starts an engine, and the ranks meet between the
 steps above so every GPU holds what verl's holds at each point.
 
+A trial with ``engine_side_only`` runs the order without step 4: the engine's side of a
+config measured beside its resident actor, its step the engine's parts alone.
+
 A trial given ``reused_rollout`` (an earlier trial measured the same engine beside the
 same resident actor) starts no engine: it takes over that trial's rollout-side
 measurements (``ADOPTED``) and trains with the memory that trial's sleeping engine kept
@@ -163,6 +166,11 @@ def check_spec(spec: TrialSpec) -> None:
         raise InvalidTrialSpec(f"phases must be a non-empty list of {KNOWN_PHASES}, got {spec.phases}")
     if spec.device not in ("cuda", "cpu"):
         raise InvalidTrialSpec(f"device must be 'cuda' or 'cpu', got {spec.device!r}")
+    if spec.engine_side_only and set(spec.phases) != set(KNOWN_PHASES):
+        raise InvalidTrialSpec(
+            f"engine_side_only measures the engine's side beside the actor: it needs phases "
+            f"{list(KNOWN_PHASES)}, got {spec.phases}"
+        )
     if "rollout" in spec.phases:
         check_rollout_spec(spec)
     if "train" in spec.phases:
@@ -191,6 +199,8 @@ class _Trial:
         self.baseline_bytes: int | None = None
         self.rollout = "rollout" in spec.phases
         self.train = "train" in spec.phases
+        # The actor's sub-phases run (not with engine_side_only: the actor is built, not trained).
+        self.trains = self.train and not spec.engine_side_only
         self.reuse = spec.reused_rollout if self.rollout and group is None else None
         self.engine_here = self.rollout and not self.reuse and (group is None or group.leader)
         self.before_engine_gib = 0.0
@@ -209,6 +219,8 @@ class _Trial:
         with contextlib.ExitStack() as stack:
             try:
                 check_spec(self.spec)
+                if self.spec.engine_side_only:
+                    self.metrics["engine_side_only"] = 1.0
                 self.dtype = compute_dtype(self.spec.device, self.spec.dtype)
                 self.prepare(stack)
                 stack.callback(self.release)  # before the actor's world goes
@@ -228,8 +240,9 @@ class _Trial:
         engine = EngineState.GONE  # none started (a train-only trial)
         if self.rollout and self.train:
             engine = self.free_engine()
-        if self.train:
+        if self.trains:
             self.train_phase(engine_resident=engine is EngineState.RESIDENT)
+        if self.train:
             self.meet("trained")
         if self.rollout and self.train:
             self.hand_over(engine)
@@ -251,7 +264,8 @@ class _Trial:
             if self.train:
                 from trials.train import prepare_train, prepare_verl_cut
 
-                self.cut = prepare_verl_cut(spec)  # readied while the actor and engine start
+                # verl's cut, readied while the actor and engine start (for training)
+                self.cut = prepare_verl_cut(spec) if self.trains else None
                 if self.cut is not None:
                     stack.callback(self.cut.cancel)
                 prepare_train(spec, self.dtype)  # code and thread pools, not the phase

@@ -219,6 +219,13 @@ class TrialSpec(JsonData):
     # then will not fit after the rollout either: the trial fails in seconds instead of
     # after the engine's start-up and the whole rollout.
     train_probe: bool = False
+    # With both phases: the engine's side of the step alone. The actor is built (and probed,
+    # with ``train_probe``) and stays resident as in a full trial, the engine starts beside
+    # it, syncs, rolls out, sleeps and wakes, but the actor's sub-phases do not run: the
+    # step holds the engine's parts only (``engine_side_only`` in the metrics says so). A
+    # landscape composed from measured sides (``benchmarks.search.compose``) records its
+    # engine settings so, and takes their actor side from a full trial of the train setting.
+    engine_side_only: bool = False
     # verl's environment on this host ({"python": ..., "PYTHONPATH": ..., "cache_dir": ...}):
     # where given, the trial has it time verl's own cut of the trial's batch into
     # micro-batches and counts those seconds in the phases verl spends them in

@@ -10,7 +10,8 @@ set -euo pipefail
 export LANDSCAPE_JOB=benchmarks/search/jobs/qwen2.5-1.5b-h200-cross.yaml
 export LANDSCAPE=/tmp/at/landscape/qwen2.5-1.5b-h200-cross-sides.json
 # The base's train side is dynamic batches of 28,672 tokens, the largest micro-batches the job
-# searches: the 36 engine settings' runs, most of the cross's cost, train with it.
+# searches; the other 35 engine settings run as engine sides alone (no training) and compose
+# with it.
 export RECORD_ARGS="--design cross --held-out 8 --repeats 2 --base actor_rollout_ref.actor.use_dynamic_bsz=true --base actor_rollout_ref.actor.ppo_max_token_len_per_gpu=28672"
 source benchmarks/gpu/plan-lib.sh
 if [ -n "${RECORD_RESUME:-}" ] && [ ! -f "$LANDSCAPE" ]; then

@@ -22,6 +22,13 @@ pairs the k-th runs of its two sides, so the sides' noise carries over):
   the engine run's, those of the actor's probe and training the actor run's; the wall
   time is the engine run's less its training plus the actor run's training.
 
+The cross's engine settings (beside the base train setting; the base itself aside) are
+recorded as engine sides (``TrialSpec.engine_side_only``: the actor built and resident, the
+engine's side of the step run, the actor's sub-phases not), since their actor side is the
+base's, measured by the base's own trials: each of those configs is composed too, from its
+engine side and the base's actor side. A run of a whole config of the engine's arm (as
+recordings before engine sides had) serves as its engine side the same way.
+
 The composition's error is measured, not assumed: *held-out* configs (neither side run)
 are recorded as full trials beside the sides (``benchmarks.search.record --design cross
 --held-out K``), and each is compared with what its sides compose to (throughput and peak
@@ -65,6 +72,8 @@ ENGINE_PEAKS = ("startup", "rollout", "wake", "weight_sync")
 # Metrics of a run that belong to its actor's side: the train sub-phases, the actor's
 # build and memory, the optimizer step.
 ACTOR_METRIC_PREFIXES = (*ACTOR_PHASES, "train_", "actor_", "optimizer_")
+# The metric a trial of an engine side alone sets (``TrialSpec.engine_side_only``).
+SIDE_ONLY = "engine_side_only"
 
 
 class DesignError(ValueError):
@@ -102,6 +111,17 @@ def cross(grid: list[dict[str, Any]], base: dict[str, Any]) -> list[dict[str, An
         )
 
     return [c for c in grid if on_cross(c)]
+
+
+def engine_side_only(config: dict[str, Any], base: dict[str, Any]) -> bool:
+    """Whether a cross design records ``config`` as its engine side alone: a config of the
+    engine's arm (the base's train setting) other than the base."""
+    return config_key(config) != config_key(base) and _side_key(config, "actor") == _side_key(base, "actor")
+
+
+def is_side_only(point: LandscapePoint) -> bool:
+    """Whether a point measured an engine side, not its whole config (any run of it did)."""
+    return any(r.metrics.get(SIDE_ONLY) for r in point.runs)
 
 
 def held_out(
@@ -142,6 +162,8 @@ def _seconds(run: TrialResult, phases: Iterable[str]) -> float:
 
 def _train_wall_s(run: TrialResult) -> float:
     m = run.metrics
+    if m.get(SIDE_ONLY):
+        return 0.0
     if "train_start_at_s" in m and "train_end_at_s" in m:
         return max(0.0, m["train_end_at_s"] - m["train_start_at_s"])
     return _seconds(run, ACTOR_PHASES)
@@ -164,10 +186,11 @@ def compose_run(engine: TrialResult, actor: TrialResult, trial_id: str) -> Trial
         out.trial_id = trial_id
         return out
     engine_s, actor_s = _seconds(engine, ENGINE_PHASES), _seconds(actor, ACTOR_PHASES)
-    per_gpu = float(engine.metrics[THROUGHPUT]) * (engine_s + _seconds(engine, ACTOR_PHASES))
+    # The step's tokens per GPU, as the actor's run counts them (its whole batch)
+    per_gpu = float(actor.metrics[THROUGHPUT]) * (_seconds(actor, ENGINE_PHASES) + actor_s)
     timings = {p: v for p, v in engine.phase_timings_s.items() if p not in ACTOR_PHASES}
     timings |= {p: v for p, v in actor.phase_timings_s.items() if p in ACTOR_PHASES}
-    metrics = {k: v for k, v in engine.metrics.items() if not _is_actor_metric(k)}
+    metrics = {k: v for k, v in engine.metrics.items() if not _is_actor_metric(k) and k != SIDE_ONLY}
     metrics |= {k: v for k, v in actor.metrics.items() if _is_actor_metric(k)}
     step_s = engine_s + actor_s
     metrics |= {"step_time_s": step_s, THROUGHPUT: per_gpu / step_s if step_s > 0 else 0.0}
@@ -231,7 +254,19 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
             f"(first: {missing[0]}); record them (benchmarks.search.record --design cross) first"
         )
     engine_sides = {_side_key(c, "engine"): measured[config_key(c)] for c in sides}
-    actor_sides = {_side_key(c, "actor"): measured[config_key(c)] for c in sides}
+    # Actor sides from whole configs only: an engine side's run trained nothing
+    actor_sides = {
+        _side_key(c, "actor"): measured[config_key(c)]
+        for c in sides
+        if not is_side_only(measured[config_key(c)])
+    }
+    unmeasured = [c for c in sides if _side_key(c, "actor") not in actor_sides]
+    if unmeasured:
+        raise DesignError(
+            f"the train setting of {unmeasured[0]} was recorded as an engine side only, never as a "
+            "whole config; record the cross's base and train settings as whole trials"
+        )
+    side_only = {k for k, p in measured.items() if is_side_only(p)}
     out = dataclasses.replace(landscape, points=[])
     held, composed, apart = [], [], 0
     for config in grid:
@@ -241,7 +276,7 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
             actor_sides.get(_side_key(config, "actor")),
         )
         guess = None if engine is None or actor is None else compose_point(config, engine, actor)
-        if key in measured:
+        if key in measured and key not in side_only:
             out.points.append(measured[key])
             if key not in side_keys and guess is not None:
                 held.append((measured[key], guess))
@@ -250,7 +285,7 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
             composed.append(key)
         else:
             apart += 1
-    report = _report(held, base, len(grid), len(sides), len(composed), apart)
+    report = _report(held, base, len(grid), len(sides), len(side_only & side_keys), len(composed), apart)
     out.design = {
         "kind": "composed",
         "base": base,
@@ -272,6 +307,7 @@ def _report(
     base: dict[str, Any],
     grid: int,
     sides: int,
+    engine_sides: int,
     composed: int,
     apart: int,
 ) -> dict[str, Any]:
@@ -297,6 +333,7 @@ def _report(
         "base": base,
         "grid_configs": grid,
         "sides": sides,
+        "engine_sides": engine_sides,
         "composed": composed,
         "not_composable": apart,
         "held_out": len(rows),
@@ -317,9 +354,11 @@ def _short(config: dict[str, Any], base: dict[str, Any]) -> str:
 
 
 def table(report: dict[str, Any]) -> str:
+    alone = report.get("engine_sides")
+    how = f"; {alone} of them their engine side alone, composed with the base's actor side" if alone else ""
     lines = [
         f"base: {knobs(report['base'])}",
-        f"grid {report['grid_configs']} configs: {report['sides']} on the cross (measured), "
+        f"grid {report['grid_configs']} configs: {report['sides']} on the cross (measured{how}), "
         f"{report['composed']} composed, {report['held_out']} held out (measured, compared), "
         f"{report['not_composable']} not composable",
     ]

@@ -22,8 +22,11 @@ it is then. A claim of a recorder that died is taken over by the next one to loo
 (``benchmarks.search.compose``): each engine setting beside a base train setting, each
 train setting beside a base engine setting, and ``K`` configs off the cross drawn with the
 job's seed, held out to measure the composition's error; ``benchmarks.search.compose``
-then composes every other config of the grid from them. The design is stored in the file
-and a resumed recording keeps it.
+then composes every other config of the grid from them. The engine's arm (each engine
+setting beside the base's train setting, the base aside) runs as engine sides alone
+(``TrialSpec.engine_side_only``: actor built, no training), the base, the train settings
+and the held-out configs as whole trials. The design is stored in the file and a resumed
+recording keeps it.
 
 The same command records on a GPU host: the job's cluster says where trials run and the
 executor reserves ``tensor_model_parallel_size`` GPUs per trial.
@@ -54,7 +57,7 @@ from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
-from benchmarks.search.compose import DESIGN, DesignError, make_design, parse_fixed
+from benchmarks.search.compose import DESIGN, DesignError, engine_side_only, make_design, parse_fixed
 from trials.metrics import THROUGHPUT
 from trials.types import BatchDraw
 
@@ -242,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             ledger.write_claims(claims)
         trial_id = f"{spec.name}-{os.getpid()}-{n}"
         trial = build_trial_spec(spec, space.arch, config, trial_id, device, cap)
+        trial.engine_side_only = bool(design) and engine_side_only(config, design["base"])
         tp = int(config.get(R + "tensor_model_parallel_size", 1))
         resources = Resources(num_cpus=1, num_gpus=tp) if device == "cuda" else Resources(cpus)
         executor.submit(trial, resources, spec.budget.trial_timeout_s)
@@ -269,8 +273,9 @@ def main(argv: list[str] | None = None) -> int:
             landscape.save(args.out)
             done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
         tput = result.metrics.get(THROUGHPUT)
+        side = " (engine side)" if trial.engine_side_only else ""
         print(
-            f"  {done}/{total} {trial_id} {result.status:<7} {tput or 0:10.1f} tok/s  "
+            f"  {done}/{total} {trial_id}{side} {result.status:<7} {tput or 0:10.1f} tok/s  "
             f"peak {result.metrics.get('peak_memory_gib', 0):6.2f} GiB "
             f"wall {result.wall_s:6.1f} s  ({(time.monotonic() - started) / 60:.1f} min)",
             flush=True,

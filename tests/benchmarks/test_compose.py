@@ -11,9 +11,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotuner.compose import ACTOR_PHASES
 from autotuner.knobs import A, R
 from autotuner.records import config_key
-from autotuner.replay import Landscape, engine_seconds
+from autotuner.replay import Landscape, LandscapePoint, engine_seconds
 from autotuner.space import SearchSpace
 from benchmarks.search.compare import compare, run_strategy, true_values
 from benchmarks.search.compare import table as compare_table
@@ -23,8 +24,10 @@ from benchmarks.search.compose import (
     compose,
     compose_run,
     cross,
+    engine_side_only,
     main,
     make_design,
+    table,
 )
 from benchmarks.search.record import main as record_main
 from benchmarks.search.record import recorded_design
@@ -154,6 +157,63 @@ def test_held_out_configs_report_the_compositions_error(full, tmp_path, capsys) 
     stored = Landscape.load(out_path)
     assert stored.design["kind"] == "composed" and len(stored.design["held_out"]) == 15
     assert len(stored.points) == 24
+
+
+def _as_engine_side(run):
+    """``run`` as a trial of its engine side alone would have measured it: no training
+    (its parts, metrics and wall time), the step's throughput the rollout side's."""
+    m = run.metrics
+    train_s = m["train_end_at_s"] - m["train_start_at_s"]
+    metrics = {
+        k: v
+        for k, v in m.items()
+        if not k.startswith(("old_log_prob", "ref_log_prob", "update_actor", "train_start", "train_end"))
+        and k != "train_peak_memory_gib"
+    }
+    timings = {p: v for p, v in run.phase_timings_s.items() if p not in ACTOR_PHASES}
+    step_s = engine_seconds(run)
+    metrics |= {"engine_side_only": 1.0, "step_time_s": step_s, THROUGHPUT: m["step_tokens"] / step_s}
+    return dataclasses.replace(run, metrics=metrics, phase_timings_s=timings, wall_s=run.wall_s - train_s)
+
+
+def test_engine_sides_compose_with_the_bases_actor_side_as_their_whole_runs_did(full, space) -> None:
+    sides = _sides_only(full, space)
+    base = choose_base(space, space.grid(), {})
+    arm = [p for p in sides.points if engine_side_only(p.config, base)]
+    # The engine's arm: the 3 other engine settings beside the base's train setting; the
+    # base and the 5 other train settings run whole.
+    assert len(arm) == 3 and not engine_side_only(base, base)
+    assert sum(engine_side_only(c, base) for c in make_design(space, k=15, seed=0)[1]) == 3
+    as_sides = [
+        LandscapePoint(p.config, [_as_engine_side(r) for r in p.runs]) if p in arm else p
+        for p in sides.points
+    ]
+    whole, _ = compose(sides)
+    composed, report = compose(dataclasses.replace(sides, points=as_sides))
+    assert (report["sides"], report["engine_sides"], report["composed"]) == (9, 3, 15 + 3)
+    base_run = next(p for p in sides.points if config_key(p.config) == config_key(base)).runs[0]
+    for point in arm:
+        key = config_key(point.config)
+        got = next(p for p in composed.points if config_key(p.config) == key).runs[0]
+        # What the engine side composes to is its whole run with the base's training in it
+        want = compose_run(point.runs[0], base_run, "x")
+        assert got.status == want.status == "ok"
+        assert got.metrics[THROUGHPUT] == pytest.approx(want.metrics[THROUGHPUT], rel=1e-9)
+        assert got.wall_s == pytest.approx(want.wall_s)
+        assert got.phase_timings_s == want.phase_timings_s
+        assert "engine_side_only" not in got.metrics
+        assert key in composed.design["composed"] and key not in whole.design["composed"]
+    assert "3 of them their engine side alone" in table(report)
+    # A train setting measured as engine sides only (the base too) has no actor side.
+    base_key = config_key(base)
+    base_as_side = [
+        LandscapePoint(p.config, [_as_engine_side(r) for r in p.runs])
+        if p in arm or config_key(p.config) == base_key
+        else p
+        for p in sides.points
+    ]
+    with pytest.raises(DesignError, match="recorded as an engine side only"):
+        compose(dataclasses.replace(sides, points=base_as_side))
 
 
 def test_missing_sides_are_named(full, space) -> None:

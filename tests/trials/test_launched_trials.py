@@ -94,6 +94,31 @@ def test_full_trial_on_cpu(tiny_config, engine):
 
 
 @pytest.mark.engine
+def test_an_engine_side_trial_starts_its_engine_beside_the_actor_and_trains_nothing(tiny_config):
+    spec = make_spec(tiny_config, trial_id="engine-side", requests=8, engine_side_only=True, train_probe=True)
+    with TrialSessions() as sessions:
+        result = launch_trial(spec, timeout_s=240)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m, t = result.metrics, result.phase_timings_s
+    assert m["engine_side_only"] == 1
+    # The actor was built and probed before the engine started, as in a whole trial, so the
+    # engine met the device as it would; then it synced, rolled out and was released.
+    assert m["actor_resident_gib"] > 0 and m["train_probe_s"] > 0
+    assert m["actor_ready_at_s"] < m["train_probe_end_at_s"] <= m["engine_start_at_s"]
+    assert m["engine_ready_at_s"] < m["weights_synced_at_s"] < m["engine_released_at_s"]
+    assert m["rollout_generated_tokens"] == sum(spec.response_lengths)
+    # No training: none of its parts, its timeline or its peak.
+    assert not set(TRAIN_SUB_PHASES) & set(t) and not any(k.startswith("train_start") for k in m)
+    assert "train_peak_memory_gib" not in m and "old_log_prob_tokens_per_s" not in m
+    # The step is the engine's side: its throughput the rollout's tokens over it.
+    step = sum(t[p] for p in STEP_COMPONENTS if p in t)
+    assert m["step_time_s"] == pytest.approx(step) and step >= m["rollout_makespan_s"]
+    tokens = m["rollout_prompt_tokens"] + m["rollout_generated_tokens"]
+    assert m["throughput_tokens_per_s_per_gpu"] == pytest.approx(tokens / step)
+    assert sessions.leftovers() == []
+
+
+@pytest.mark.engine
 def test_kv_cache_too_small_for_max_model_len_is_oom_at_startup(tiny_config):
     # 0.0005 * 1 GiB = 0.5 MiB of KV cache: a few hundred tokens, max_model_len 4096. The
     # actor is resident already (built first, as in verl) and is torn down with the trial.

@@ -43,6 +43,13 @@ def test_inconsistent_spec_is_refused_before_any_phase(tiny_config):
     assert (result.status, result.phase, result.error_type) == ("error", None, "InvalidTrialSpec")
 
 
+def test_an_engine_side_alone_needs_the_actor_beside_it(tiny_config):
+    spec = make_spec(tiny_config, phases=["rollout"], engine_side_only=True)
+    result = run_trial(spec)
+    assert (result.status, result.phase, result.error_type) == ("error", None, "InvalidTrialSpec")
+    assert "engine_side_only" in result.error_message and "['rollout', 'train']" in result.error_message
+
+
 def test_a_request_longer_than_max_model_len_is_refused(tiny_config):
     spec = make_spec(tiny_config)
     spec.rollout.max_model_len = 64
