@@ -17,10 +17,12 @@ pairs the k-th runs of its two sides, so the sides' noise carries over):
   train setting that does not fit fails in the actor's probe before the engine starts;
   an engine setting that does not fit, at its start-up);
 - otherwise the step is the engine side's parts of its run plus the actor side's parts of
-  the other; throughput is the engine run's tokens per GPU per step over that time (as
-  ``autotuner.compose`` predicts a config); the peaks of start-up, rollout and wake-up are
-  the engine run's, those of the actor's probe and training the actor run's; the wall
-  time is the engine run's less its training plus the actor run's training.
+  the other; throughput is the step's tokens per GPU (as the actor run counts them) over
+  that time (as ``autotuner.compose`` predicts a config); the peaks of start-up, rollout
+  and wake-up are the engine run's, those of the actor's probe and training the actor
+  run's; the wall time is the engine run's less its training plus the actor run's
+  training, and so is its timeline (an engine side's training goes in after its engine's
+  release, as in a whole trial).
 
 The cross's engine settings (beside the base train setting; the base itself aside) are
 recorded as engine sides (``TrialSpec.engine_side_only``: the actor built and resident, the
@@ -194,6 +196,14 @@ def compose_run(engine: TrialResult, actor: TrialResult, trial_id: str) -> Trial
     metrics |= {k: v for k, v in actor.metrics.items() if _is_actor_metric(k)}
     step_s = engine_s + actor_s
     metrics |= {"step_time_s": step_s, THROUGHPUT: per_gpu / step_s if step_s > 0 else 0.0}
+    released = metrics.get("engine_released_at_s")
+    if engine.metrics.get(SIDE_ONLY) and released is not None:
+        # Training goes where a whole trial has it, right after the engine's release: what
+        # the engine side did later (wake, shut-down) moves on by its time
+        for k, v in list(metrics.items()):
+            if k.endswith("_at_s") and v > released:
+                metrics[k] = v + _train_wall_s(actor)
+        metrics["train_start_at_s"] = released
     if "train_start_at_s" in metrics:  # training takes the actor run's time on this timeline
         metrics["train_end_at_s"] = metrics["train_start_at_s"] + _train_wall_s(actor)
     peaks = [v for k, v in metrics.items() if k.endswith("_peak_memory_gib") and k != PEAK_MEMORY]

@@ -165,7 +165,7 @@ def _as_engine_side(run):
     m = run.metrics
     train_s = m["train_end_at_s"] - m["train_start_at_s"]
     metrics = {
-        k: v
+        k: v - train_s if k.endswith("_at_s") and v >= m["train_end_at_s"] else v
         for k, v in m.items()
         if not k.startswith(("old_log_prob", "ref_log_prob", "update_actor", "train_start", "train_end"))
         and k != "train_peak_memory_gib"
@@ -202,6 +202,17 @@ def test_engine_sides_compose_with_the_bases_actor_side_as_their_whole_runs_did(
         assert got.wall_s == pytest.approx(want.wall_s)
         assert got.phase_timings_s == want.phase_timings_s
         assert "engine_side_only" not in got.metrics
+        # Its timeline has the training where a whole trial has it (the memory model reads a
+        # phase's peak as finished by its mark; a reused rollout saves its engine's seconds).
+        m, w = got.metrics, want.metrics
+        assert m["train_start_at_s"] == pytest.approx(w["train_start_at_s"], abs=0.01)
+        assert m["train_end_at_s"] == pytest.approx(w["train_end_at_s"], abs=0.01)
+        assert engine_seconds(got) == pytest.approx(engine_seconds(want), abs=0.01)
+        # What came after the training moved on by the base's training, not its own.
+        trained = [
+            r.metrics["train_end_at_s"] - r.metrics["train_start_at_s"] for r in (point.runs[0], base_run)
+        ]
+        assert m["engine_shutdown_at_s"] == pytest.approx(w["engine_shutdown_at_s"] - trained[0] + trained[1])
         assert key in composed.design["composed"] and key not in whole.design["composed"]
     assert "3 of them their engine side alone" in table(report)
     # A train setting measured as engine sides only (the base too) has no actor side.

@@ -311,6 +311,22 @@ def test_the_train_probe_leaves_the_engine_the_memory_an_offloaded_actor_frees()
     assert m["train_probe_resident_gib"] - m["train_probe_allocated_gib"] < 1.0, m
 
 
+@pytest.mark.engine
+def test_an_engine_side_sleeps_and_wakes_its_engine_around_no_training():
+    """The engine's side of a step alone (``engine_side_only``): the actor built, probed and
+    resident; the engine started beside it, put to sleep and woken; nothing trained."""
+    _needs_vllm()
+    spec = qwen_spec("engine-side", phases=["rollout", "train"], train_probe=True, engine_side_only=True)
+    spec.rollout.gpu_memory_utilization = 0.3
+    result = launch_trial(spec, timeout_s=600)
+    assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
+    m, t = result.metrics, result.phase_timings_s
+    assert m["engine_side_only"] == 1 and m["train_probe_s"] > 0 and m["actor_resident_gib"] > 0
+    assert t["engine_sleep"] > 0 and t["engine_wake"] > 0 and m["engine_asleep_gib"] > 0
+    assert not {"old_log_prob", "ref_log_prob", "update_actor"} & set(t) and "train_peak_memory_gib" not in m
+    assert m["step_time_s"] == pytest.approx(sum(t[p] for p in STEP_COMPONENTS if p in t))
+
+
 def _needs_gpus(n: int) -> None:
     import torch
 
