@@ -2,6 +2,7 @@
 
 usage: python -m benchmarks.search.record JOB.yaml OUT.json [--repeats N] [--label TEXT]
                                           [--design cross --held-out K [--base PATH=VALUE ...]]
+                                          [--left]
 
 Each grid point (``SearchSpace.grid``: every distinct config verl accepts) runs through
 the tuner's own executor (a Ray task per trial, ``trials.launcher`` in a fresh process,
@@ -28,6 +29,9 @@ setting beside the base's train setting, the base aside) runs as engine sides al
 and the held-out configs as whole trials. The design is stored in the file and a resumed
 recording keeps it.
 
+Each recorder says at its start what is left to record, and what that costs at the median
+wall time of the runs of each kind recorded so far; ``--left`` says so and stops.
+
 The same command records on a GPU host: the job's cluster says where trials run and the
 executor reserves ``tensor_model_parallel_size`` GPUs per trial.
 """
@@ -42,6 +46,7 @@ import json
 import os
 import shlex
 import socket
+import statistics
 import sys
 import time
 from collections.abc import Iterator
@@ -57,7 +62,14 @@ from autotuner.settings import get_settings
 from autotuner.spec import JobSpec, load_job_spec
 from autotuner.telling import INFRA_ERROR_TYPES
 from autotuner.trialspec import build_trial_spec
-from benchmarks.search.compose import DESIGN, DesignError, engine_side_only, make_design, parse_fixed
+from benchmarks.search.compose import (
+    DESIGN,
+    SIDE_ONLY,
+    DesignError,
+    engine_side_only,
+    make_design,
+    parse_fixed,
+)
 from trials.metrics import THROUGHPUT
 from trials.types import BatchDraw
 
@@ -163,6 +175,37 @@ def next_config(
     return grid[min(todo)[1]] if todo else None
 
 
+def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: dict[str, Any] | None) -> str:
+    """What a recording of ``grid`` (``base``: its cross design's base, None for a whole
+    grid) has left to reach ``repeats`` runs a config: runs of engine sides and of whole
+    configs, and their cost at the median wall time of each kind's runs recorded so far."""
+    done = {config_key(p.config): len(p.runs) for p in landscape.points}
+    todo: dict[bool, list[int]] = {True: [], False: []}  # engine side? -> each run's GPUs
+    for config in grid:
+        side = base is not None and engine_side_only(config, base)
+        gpus = int(config.get(R + "tensor_model_parallel_size", 1))
+        todo[side] += [gpus] * max(0, repeats - done.get(config_key(config), 0))
+    walls: dict[bool, list[float]] = {True: [], False: []}
+    for point in landscape.points:
+        for run in point.runs:
+            walls[bool(run.metrics.get(SIDE_ONLY))].append(run.wall_s)
+    n = len(todo[True]) + len(todo[False])
+    text = f"{n} runs left: {len(todo[True])} engine sides, {len(todo[False])} whole"
+    if not n:
+        return text
+    if any(todo[kind] and not walls[kind] for kind in todo):
+        return text + " (no run of each kind recorded yet to time them by)"
+    medians = {kind: statistics.median(w) if w else 0.0 for kind, w in walls.items()}
+    cost = sum(medians[kind] * sum(gpus) for kind, gpus in todo.items())
+    unit = "GPU" if landscape.device == "cuda" else "trial"
+    kinds = ((True, "engine side"), (False, "whole"))
+    times = ", ".join(f"{what} {medians[kind]:.0f} s" for kind, what in kinds if walls[kind])
+    return (
+        f"{text}; about {cost:,.0f} {unit}-seconds ({cost / 3600:.1f} {unit}-hours) at the median "
+        f"wall time of each kind so far ({times})"
+    )
+
+
 def recorded_design(
     out: Path, space: Any, k: int, seed: int, fixed: dict[str, Any]
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -194,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         "--held-out", type=int, default=8, metavar="K", help="Configs off the cross to record (default 8)."
     )
     parser.add_argument("--base", action="append", default=[], metavar="PATH=VALUE")
+    parser.add_argument("--left", action="store_true", help="Say what is left to record, and stop.")
     args = parser.parse_args(argv)
     if args.base and args.design is None:
         parser.error("--base sets a cross design's base; add --design cross")
@@ -225,10 +269,14 @@ def main(argv: list[str] | None = None) -> int:
     ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command, design)
     with ledger.locked() as landscape:
         done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
+        remaining = left(grid, landscape, args.repeats, design.get("base"))
     total = len(grid) * args.repeats
     print(
         f"{len(grid)} configs x {args.repeats} runs; {done} runs recorded already in {args.out}", flush=True
     )
+    print(remaining, flush=True)
+    if args.left:
+        return 0
 
     ensure_ray(settings.ray_address, settings.ray_num_cpus)
     cpus = max(1.0, cluster_resources().get("CPU", 1.0) // spec.budget.max_concurrent_trials)

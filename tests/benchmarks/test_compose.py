@@ -32,12 +32,16 @@ from benchmarks.search.compose import (
 from benchmarks.search.record import main as record_main
 from benchmarks.search.record import recorded_design
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
+from trials.types import BatchDraw
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 REPO = Path(__file__).resolve().parents[2]
 H200 = REPO / "benchmarks" / "search" / "landscapes" / "qwen2.5-1.5b-h200.json"
 GMU, MNS = R + "gpu_memory_utilization", R + "max_num_seqs"
 PPO_MB, LP_MB = A + "ppo_micro_batch_size_per_gpu", R + "log_prob_micro_batch_size_per_gpu"
+# A landscape file as trials record it now (the H200 landscape's runs are older), which a
+# recorder resumes.
+NOW = {"train_order": BatchDraw.train_order, "logits_copied": False}
 
 
 @pytest.fixture(scope="module")
@@ -225,6 +229,34 @@ def test_engine_sides_compose_with_the_bases_actor_side_as_their_whole_runs_did(
     ]
     with pytest.raises(DesignError, match="recorded as an engine side only"):
         compose(dataclasses.replace(sides, points=base_as_side))
+
+
+def test_a_recorder_says_what_is_left_by_kind_and_its_cost_at_the_medians_so_far(
+    full, space, tmp_path, capsys
+) -> None:
+    job, out = tmp_path / "job.json", tmp_path / "sides.json"
+    job.write_text(full.spec.model_dump_json())
+    design, configs = recorded_design(out, space, 3, full.spec.seed, {})
+    base = choose_base(space, space.grid(), {})
+    measured = {config_key(p.config): p for p in full.points}
+    arm = next(c for c in configs if engine_side_only(c, base))
+    side = LandscapePoint(arm, [_as_engine_side(measured[config_key(arm)].runs[0])])
+    whole = measured[config_key(base)]
+    dataclasses.replace(full, points=[side, whole], design=design, **NOW).save(out)
+    args = [str(job), str(out), "--design", "cross", "--held-out", "3", "--repeats", "2", "--left"]
+    assert record_main(args) == 0
+    said = capsys.readouterr().out
+    # The cross of 9 (the base, 3 engine settings beside it, 5 train settings) and 3 held
+    # out, twice each: 24 runs, 2 recorded; the 3 engine settings' runs are engine sides.
+    assert "22 runs left: 5 engine sides, 17 whole" in said
+    cost = 5 * side.runs[0].wall_s + 17 * whole.runs[0].wall_s
+    assert f"about {cost:,.0f} GPU-seconds ({cost / 3600:.1f} GPU-hours)" in said
+    assert Landscape.load(out).points[0].runs[0].wall_s == side.runs[0].wall_s  # nothing ran
+    dataclasses.replace(full, points=[whole], design=design, **NOW).save(out)
+    assert record_main(args) == 0
+    assert (
+        "23 runs left: 6 engine sides, 17 whole (no run of each kind recorded yet" in capsys.readouterr().out
+    )
 
 
 def test_missing_sides_are_named(full, space) -> None:
