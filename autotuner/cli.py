@@ -236,13 +236,9 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     memory = _memory_line(summary)
     if memory:
         say(memory)
-    defaults = versus(
-        summary.gain_over_baseline, summary.verdict_over_baseline, summary.tie_band_pct, "verl's defaults"
-    )
-    gain = f", {defaults}" if summary.gain_over_baseline else ""
     for number, verified in summary.verl.items():
         say(_verl_line(number, verified))
-    say(f"best: {summary.best_line()}{gain} on {chosen.device}")
+    say(_best_line(summary, chosen.device))
     say(f"winner picked by {summary.winner_source}")
     say(summary.noise_line())
     for line in summary.versus_lines():
@@ -254,6 +250,15 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         say(f"not written: {exc}")
     finally:
         service.close()
+
+
+def _best_line(summary: JobSummary, device: str) -> str:
+    """``best: trial N: ... tok/s/GPU (...), 1.25x verl's defaults on DEVICE``; a tie with
+    verl's defaults names the band that comparison used."""
+    band = summary.band_over_baseline if summary.band_over_baseline is not None else summary.tie_band_pct
+    defaults = versus(summary.gain_over_baseline, summary.verdict_over_baseline, band, "verl's defaults")
+    gain = f", {defaults}" if summary.gain_over_baseline else ""
+    return f"best: {summary.best_line()}{gain} on {device}"
 
 
 @app.command()

@@ -255,8 +255,10 @@ class JobSummary:
     noise_baselines: int = 0
     noise_runs: int = 0
     tie_band_pct: float = 0.0
-    # The winner against verl's defaults: faster, slower or a tie inside the band.
+    # The winner against verl's defaults: faster, slower or a tie inside the band that
+    # comparison used (the job's, or either figure's own spread where larger).
     verdict_over_baseline: str | None = None
+    band_over_baseline: float | None = None
     # Measured minus predicted peak memory per phase, over the trials predicted before they ran.
     memory_model_errors: dict[str, Any] = field(default_factory=dict)
     gpu_seconds: float = 0.0
@@ -437,9 +439,10 @@ def summarize(
         out.baseline_throughput = base_runs.median if base.feasible and base_runs is not None else 0.0
         if out.best_throughput and out.baseline_throughput:
             out.gain_over_baseline = out.best_throughput / out.baseline_throughput
-            out.verdict_over_baseline = next(
-                (b["verdict"] for b in out_baselines.values() if b["trial"] == base.number), None
-            )
+            compared = next((b for b in out_baselines.values() if b["trial"] == base.number), None)
+            if compared is not None:
+                out.verdict_over_baseline = compared["verdict"]
+                out.band_over_baseline = compared["tie_band_pct"]
     return out
 
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from fastapi.testclient import TestClient
 
-from autotuner.cli import _noise_lines
+from autotuner.cli import _best_line, _noise_lines
 from autotuner.records import config_key
 from autotuner.replay import Landscape
 from autotuner.spec import JobSpec
@@ -100,6 +100,13 @@ def test_a_winner_inside_the_noise_of_verls_defaults_is_shown_as_a_tie(tmp_path:
     assert summary.verdict_over_baseline == "tie"
     page = client.get(f"/jobs/{job.id}").text
     assert 'data-verdict="tie">ties</strong> verl' in page
-    assert f"{summary.gain_over_baseline:.2f}×, inside the {summary.tie_band_pct:.1f}% noise band" in page
+    # The band that comparison used: here the defaults' own spread, wider than the job's.
+    assert summary.band_over_baseline == band > summary.tie_band_pct
+    assert f"{summary.gain_over_baseline:.2f}×, inside the {band:.1f}% noise band" in page
     status = "\n".join(_noise_lines(client.get(f"/v1/jobs/{job.id}").json()))
     assert "the best ties it" in status
+    # So does the CLI's line for the winner when a job ends.
+    said = _best_line(summary, "cpu")
+    assert (
+        f"ties verl's defaults ({summary.gain_over_baseline:.2f}x, inside the {band:.1f}% noise band)" in said
+    )
