@@ -134,9 +134,15 @@ def choose(
     pick_band = max(spec.budget.noise_band_pct, top.spread_pct or 0.0) / 100.0
     close = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - pick_band)]
     winner = min(close, key=lambda c: (c.peak_gib, -c.median, c.trial.number))
-    band = tie_band_pct(noise_of(spec, recs), top.spread_pct) / 100.0
+    band = finalists_band_pct(spec, recs, top) / 100.0
     tied = [c for c in candidates if c.n >= 2 and c.median >= top.median * (1.0 - band)]
     return winner, sorted(c.trial.number for c in tied if c is not winner)
+
+
+def finalists_band_pct(spec: JobSpec, recs: list[TrialRecord], top: Runs) -> float:
+    """The band (%) the re-measured trials tie with the best median ``top`` within: the
+    job's noise, or ``top``'s own spread where wider."""
+    return tie_band_pct(noise_of(spec, recs), top.spread_pct)
 
 
 def pick(
@@ -248,6 +254,7 @@ class JobSummary:
     best_throughput_range: list[float] | None = None
     best_spread_pct: float | None = None
     tied_with: list[int] = field(default_factory=list)
+    tied_band_pct: float | None = None  # the band they tied within (``finalists_band_pct``)
     noise_band_pct: float = 0.0  # the floor the budget assumes
     # The noise measured on the baselines' repeats (pooled spread, %; None: no baseline ran
     # twice), the runs it rests on, and the tie band it sets (``autotuner.noise``).
@@ -415,6 +422,9 @@ def summarize(
     if winner is not None:
         out.best, out.best_throughput, out.device = winner.trial.number, top_tput, winner.trial.device
         out.best_runs, out.tied_with = winner.n, tied
+        if tied:  # the best median among them set the band
+            top = max([winner, *(runs[n] for n in tied)], key=lambda c: (c.median, -c.trial.number))
+            out.tied_band_pct = finalists_band_pct(spec, recs, top)
         out.gpu_seconds_to_best = gpu_seconds_to(recs, winner.trial.number)
         out.first_tied = first_tied(winner, runs, noise)
         out.first_tied_proposed = first_tied(winner, runs, noise, {r.number for r in recs if r.baseline})

@@ -123,6 +123,24 @@ def test_finalists_inside_the_measured_noise_tie_and_the_best_median_still_wins(
     assert winner is not None and winner.trial.number == 1 and tied == []
 
 
+def test_the_summary_names_the_band_each_tie_was_called_in() -> None:
+    # The baselines' noise is 4%; the best median's own runs (trial 1: 100 +- 5) spread
+    # 10%, so the finalists tie within 10% of it: trial 2 (92, the least memory) wins, tied
+    # with trial 1 and verl's defaults (94). The page names that 10% band, not the job's 4%.
+    recs = _job([100.0, 105.0, 95.0], [94.0, 92.0, 95.76], other=[92.0, 92.5, 91.5])
+    summary = summarize(_spec(), recs, "done")
+    assert summary.tie_band_pct == pytest.approx(4.0, abs=0.1)
+    assert summary.best == 2 and summary.tied_with == [0, 1]
+    assert summary.tied_band_pct == pytest.approx(10.0)
+    # Against verl's defaults, the band of that comparison (here the job's).
+    defaults = summary.baselines["verl-v0.9-defaults"]
+    assert summary.verdict_over_baseline == Verdict.TIE
+    assert summary.band_over_baseline == pytest.approx(defaults["tie_band_pct"])
+    # Without a tie there is no tied band.
+    alone = summarize(_spec(), _job([125.0, 126.0, 124.0], [100.0, 97.0, 103.0]), "done")
+    assert alone.tied_with == [] and alone.tied_band_pct is None
+
+
 def test_within_the_floor_the_smaller_finalist_wins() -> None:
     # 1% apart, inside the 2% floor the user is indifferent to: the least memory wins.
     recs = _job([100.0, 100.5, 99.5], [80.0, 80.4, 79.6], other=[99.0, 99.5, 98.5])
