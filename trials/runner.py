@@ -171,6 +171,11 @@ def check_spec(spec: TrialSpec) -> None:
             f"engine_side_only measures the engine's side beside the actor: it needs phases "
             f"{list(KNOWN_PHASES)}, got {spec.phases}"
         )
+    if spec.engine_side_only and spec.reused_rollout:
+        raise InvalidTrialSpec(
+            "engine_side_only with reused_rollout would measure nothing (no engine, no training): "
+            "drop one of them"
+        )
     if "rollout" in spec.phases:
         check_rollout_spec(spec)
     if "train" in spec.phases:

@@ -48,6 +48,13 @@ def test_an_engine_side_alone_needs_the_actor_beside_it(tiny_config):
     result = run_trial(spec)
     assert (result.status, result.phase, result.error_type) == ("error", None, "InvalidTrialSpec")
     assert "engine_side_only" in result.error_message and "['rollout', 'train']" in result.error_message
+    # Nor with another trial's rollout taken over: it would measure nothing at all.
+    spec = make_spec(
+        tiny_config, engine_side_only=True, reused_rollout={"trial": 0, "metrics": {}, "timings": {}}
+    )
+    result = run_trial(spec)
+    assert (result.status, result.error_type) == ("error", "InvalidTrialSpec")
+    assert "would measure nothing" in result.error_message
 
 
 def test_a_request_longer_than_max_model_len_is_refused(tiny_config):
