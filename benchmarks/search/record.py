@@ -7,11 +7,11 @@ usage: python -m benchmarks.search.record JOB.yaml OUT.json [--repeats N] [--lab
 Each grid point (``SearchSpace.grid``: every distinct config verl accepts) runs through
 the tuner's own executor (a Ray task per trial, ``trials.launcher`` in a fresh process,
 the job's ``trial_timeout_s``), exactly as a tuning job runs it; OOMs, timeouts and
-errors are recorded as they come. All points run once, then again up to ``--repeats``
-runs each. The landscape file is rewritten after every trial, so a killed recording
-keeps what it measured, and running the same command again resumes it (points that have
-their runs are skipped). Infrastructure failures (GPU not clean, Ray worker lost) are
-not recorded; the next run of the command retries them.
+errors are recorded as they come. All points run once, in an order shuffled with the job's
+seed, then again up to ``--repeats`` runs each. The landscape file is rewritten after
+every trial, so a killed recording keeps what it measured, and running the same command
+again resumes it (points that have their runs are skipped). Infrastructure failures (GPU
+not clean, Ray worker lost) are not recorded; the next run of the command retries them.
 
 Several recorders may fill one landscape at once, say one per GPU of a host
 (``CUDA_VISIBLE_DEVICES=k``, each with a local Ray of its own), joining whenever a GPU
@@ -44,6 +44,7 @@ import datetime
 import fcntl
 import json
 import os
+import random
 import shlex
 import socket
 import statistics
@@ -160,19 +161,24 @@ def next_config(
     claims: dict[str, dict[str, Any]],
     repeats: int,
     skip: set[str],
+    seed: int,
 ) -> dict[str, Any] | None:
     """The config to run next: of those with fewer than ``repeats`` runs, counting the runs
-    claimed by live recorders, the one with the fewest (grid order breaks ties); None when
-    nothing is left for this recorder (``skip``: configs it saw fail on infrastructure)."""
+    claimed by live recorders, the one with the fewest; None when nothing is left for this
+    recorder (``skip``: configs it saw fail on infrastructure). Ties go by the grid shuffled
+    with ``seed``, the same order for every recorder and every resumption: a knob's settings
+    then spread over the hosts and hours a long recording runs on, instead of one setting
+    per stretch of time, which would confound the knob with the host and the hour."""
     runs = {config_key(p.config): len(p.runs) for p in landscape.points}
     for claim in claims.values():
         runs[claim["config"]] = runs.get(claim["config"], 0) + 1
+    rank = random.Random(seed).sample(range(len(grid)), len(grid))
     todo = [
-        (runs.get(config_key(c), 0), n)
+        (runs.get(config_key(c), 0), rank[n], n)
         for n, c in enumerate(grid)
         if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip
     ]
-    return grid[min(todo)[1]] if todo else None
+    return grid[min(todo)[2]] if todo else None
 
 
 def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: dict[str, Any] | None) -> str:
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         with ledger.locked() as landscape:
             claims = ledger.claims()
-            config = next_config(grid, landscape, claims, args.repeats, skip)
+            config = next_config(grid, landscape, claims, args.repeats, skip, spec.seed)
             if config is None:
                 break
             key = config_key(config)

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from autotuner.jobs import build_space
-from autotuner.replay import Landscape, LandscapeError
+from autotuner.replay import Landscape, LandscapeError, LandscapePoint
 from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from autotuner.study import config_key
-from benchmarks.search.record import Ledger
+from benchmarks.search.record import Ledger, next_config
+from trials.types import TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
 JOB = {
@@ -128,3 +129,42 @@ def test_a_landscape_of_earlier_trials_is_not_extended(tmp_path, earlier, why) -
     Landscape(spec, spec.validate_model(), "cpu", 2.0, "new", "record").save(out)
     with ledger.locked() as landscape:
         assert landscape.train_order == "verl" and not landscape.logits_copied
+
+
+def _recording_order(grid: list[dict], landscape: Landscape, seed: int, runs: int) -> list[str]:
+    """The configs ``next_config`` hands out for ``runs`` more runs, each recorded as it runs."""
+    order = []
+    for _ in range(runs):
+        config = next_config(grid, landscape, {}, 2, set(), seed)
+        assert config is not None
+        point = next((p for p in landscape.points if p.config == config), None)
+        if point is None:
+            point = LandscapePoint(config, [])
+            landscape.points.append(point)
+        point.runs.append(TrialResult(trial_id=f"t{len(order)}", status="ok"))
+        order.append(config_key(config))
+    return order
+
+
+def test_a_recording_spreads_each_knobs_settings_over_its_hours() -> None:
+    spec = parse_job_spec(JOB)
+    fresh = lambda: Landscape(spec, spec.validate_model(), "cpu", 2.0, "l", "record")  # noqa: E731
+    # In grid order the first hours of a recording would hold one gmu's settings only.
+    grid = [{"gmu": g, "mns": m} for g in (0.4, 0.5, 0.6, 0.7, 0.8, 0.9) for m in (256, 512, 1024, 2048)]
+    keys = [config_key(c) for c in grid]
+    landscape = fresh()
+    order = _recording_order(grid, landscape, seed=0, runs=48)
+    assert next_config(grid, landscape, {}, 2, set(), 0) is None
+    # every config once before any twice, in a shuffled order, then again
+    assert sorted(order[:24]) == sorted(order[24:]) == sorted(keys)
+    assert order[:24] != keys
+    assert len({json.loads(k)["gmu"] for k in order[:6]}) >= 3
+    # the same order for a recording resumed, and another for another seed
+    resumed = fresh()
+    assert _recording_order(grid, resumed, 0, 10) == order[:10]
+    assert _recording_order(grid, resumed, 0, 38) == order[10:]
+    assert _recording_order(grid, fresh(), 1, 24) != order[:24]
+    # a config claimed by a live recorder is left to it; one failing on infrastructure is skipped
+    claimed = {"live": {"config": order[0], "pid": os.getpid(), "host": "h"}}
+    assert config_key(next_config(grid, fresh(), claimed, 2, set(), 0)) == order[1]
+    assert config_key(next_config(grid, fresh(), {}, 2, {order[0], order[1]}, 0)) == order[2]
