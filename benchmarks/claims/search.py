@@ -100,29 +100,39 @@ def compare_table(rel: str) -> list[Line]:
     return [Line("```"), *(Line(text, (rel,)) for text in printed(load(rel)).splitlines()), Line("```")]
 
 
+def gpu_s(median: float | None) -> str:
+    """A median of GPU-seconds to 97% (``compare.median_reach``) in words."""
+    return "never (half its seeds or more did not reach 97%)" if median is None else f"{median:.0f}"
+
+
 def search_shows(rel: str, landscape: str) -> list[Line]:
     """Ours against the other strategies on one stored comparison, and against the targets."""
     doc = load(rel)
     s = doc["strategies"]
     ours = s["ours"]
     plain = {k: s[k]["gpu_s_to_97pct_median"] for k in OTHERS if k in s}
-    lo, hi = min(plain.values()), max(plain.values())
+    known = [v for v in plain.values() if v is not None]
     median = ours["gpu_s_to_97pct_median"]
+    lo = min(known, default=None)
+    hi = None if len(known) < len(plain) else max(known)
     place = (
-        "below every other strategy's median"
-        if median < lo
+        "above or level with every other strategy's median"
+        if median is None
+        else "below every other strategy's median"
+        if lo is None or median < lo
         else "above every other strategy's median"
-        if median > hi
+        if hi is not None and median > hi
         else "within the other strategies' medians"
     )
     missed = ours["seeds"] - ours["reached_97pct"]
     stops = "; ".join(ours["stop_reasons"])
     grid = doc["landscape"]["grid_cost_s"]
+    share = "" if median is None else f" ({100 * median / grid:.0f}% of the full grid's {grid:.0f})"
     return [
         Line(
-            f"Over {doc['seeds']} seeds ours needs {median:.0f} GPU-s to 97% of the best in the median "
-            f"seed that reached it ({100 * median / grid:.0f}% of the full grid's {grid:.0f}), "
-            f"{place}: {', '.join(f'{STRATEGIES[k]} {v:.0f}' for k, v in plain.items())}. "
+            f"Over {doc['seeds']} seeds ours needs {gpu_s(median)} GPU-s to 97% of the best in the median "
+            f"seed{', a seed that never reached it counted last' if missed else ''}{share}, {place}: "
+            f"{', '.join(f'{STRATEGIES[k]} {gpu_s(v)}' for k, v in plain.items())}. "
             + (
                 f"In {missed} of {ours['seeds']} seeds it ended before reaching 97% (the seeds' stop "
                 f"reasons: {stops}). "
@@ -142,17 +152,28 @@ def targets_met(goal: dict[str, Any]) -> str:
     if not goal:
         return ""
     fraction, target = goal["ours_fraction_of_grid"], goal["ours_fraction_of_grid_target"]
+    reach = (
+        "does not reach 97% in half its seeds"
+        if fraction is None
+        else f"reaches 97% in {100 * fraction:.0f}% of the grid's GPU-s"
+    )
     text = (
-        f" Against the benchmark's targets: ours reaches 97% in {100 * fraction:.0f}% of the grid's "
-        f"GPU-s (target at most {100 * target:.0f}%: {'met' if fraction <= target else 'missed'}"
+        f" Against the benchmark's targets: ours {reach} (target at most {100 * target:.0f}%: "
+        f"{'met' if fraction is not None and fraction <= target else 'missed'}"
         f"{'' if goal['ours_all_seeds_reached'] else '; not every seed reached 97%'})"
     )
     if "seeded_tpe_over_ours" in goal:
         ratio, need = goal["seeded_tpe_over_ours"], goal["seeded_tpe_over_ours_target"]
-        text += (
-            f"; TPE seeded with verl's baselines needs {ratio:.2f}x ours (target at least {need:g}x: "
-            f"{'met' if ratio >= need else 'missed'})"
+        met = goal.get("seeded_tpe_over_ours_met", ratio is not None and ratio >= need)
+        needs = (
+            f"needs {ratio:.2f}x ours"
+            if ratio is not None
+            else "does not reach 97% in half its seeds"
+            if fraction is not None
+            else "is not compared"
         )
+        verdict = "met" if met else "missed"
+        text += f"; TPE seeded with verl's baselines {needs} (target at least {need:g}x: {verdict})"
     return text + "."
 
 
@@ -195,6 +216,8 @@ def search_h200_headline() -> list[Line]:
 
 def search_compare() -> list[Line]:
     """The search strategies on the H200 landscape, median [min-max] over the seeds."""
+    from benchmarks.search.compare import reach_range  # optuna and the study loop: import on use
+
     doc = load(SEARCH)
     rows = []
     for key, s in doc["strategies"].items():
@@ -203,7 +226,7 @@ def search_compare() -> list[Line]:
             (
                 [
                     STRATEGIES.get(key, key),
-                    f"{s['gpu_s_to_97pct_median']:.0f} [{min(to97):.0f}-{max(to97):.0f}]",
+                    reach_range(to97),
                     f"{s['best_at_25pct_cost_pct_median']:.0f}% [{min(early):.0f}-{max(early):.0f}]",
                     f"{s['gpu_s_total_median']:.0f}",
                 ],
