@@ -35,8 +35,10 @@ The composition's error is measured, not assumed: *held-out* configs (neither si
 are recorded as full trials beside the sides (``benchmarks.search.record --design cross
 --held-out K``), and each is compared with what its sides compose to (throughput and peak
 memory, median over runs; a config composed feasible that did not fit, or the reverse,
-is a mismatch). On a landscape with every config recorded (no design in the file), all
-configs off the cross are held out: the method checked on a full grid.
+is a mismatch). Beside the error the report states the run-to-run spread of the configs
+recorded more than once, whole and engine sides apart: the noise the error is read against.
+On a landscape with every config recorded (no design in the file), all configs off the
+cross are held out: the method checked on a full grid.
 
 The composed landscape (``--out``) holds every config of the job's grid whose two sides
 were measured: measured configs with their own runs, the rest composed, and says which in
@@ -296,6 +298,10 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
         else:
             apart += 1
     report = _report(held, base, len(grid), len(sides), len(side_only & side_keys), len(composed), apart)
+    report["run_spread"] = {
+        "whole": _spread([p for k, p in measured.items() if k not in side_only]),
+        "engine_sides": _spread([measured[k] for k in side_only]),
+    }
     out.design = {
         "kind": "composed",
         "base": base,
@@ -310,6 +316,19 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
             f"{landscape.label}, {len(composed)} of {len(out.points)} configs composed from measured sides"
         )
     return out, report
+
+
+def _spread(points: list[LandscapePoint]) -> dict[str, Any]:
+    """The run-to-run spread of the configs measured more than once: a config's (max - min)
+    over median throughput of its runs, in %, over the configs all of whose runs fit. The
+    noise a held-out config's error is to be read against: its measured median carries it,
+    and its composed median carries its two sides'."""
+    spreads = []
+    for point in points:
+        values = [throughput(r) or 0.0 for r in point.runs]
+        if len(values) > 1 and min(values) > 0:
+            spreads.append(100 * (max(values) - min(values)) / statistics.median(values))
+    return {"configs": len(spreads), "pct_median": _median(spreads), "pct_max": max(spreads, default=None)}
 
 
 def _report(
@@ -392,6 +411,14 @@ def table(report: dict[str, Any]) -> str:
             + ("-" if med is None else f"median {med:.1f}%, worst {worst:.1f}%")
             + f"; feasibility mismatches: {report['feasibility_mismatches']} of {report['held_out']}"
         )
+    spread = report.get("run_spread") or {}
+    said = [
+        f"{what} ({s['configs']}): median {s['pct_median']:.1f}%, worst {s['pct_max']:.1f}%"
+        for what, s in (("whole configs", spread.get("whole")), ("engine sides", spread.get("engine_sides")))
+        if s and s["configs"]
+    ]
+    if said:
+        lines.append("run-to-run spread of a config's throughput, (max - min) / median: " + "; ".join(said))
     return "\n".join(lines)
 
 

@@ -231,6 +231,41 @@ def test_engine_sides_compose_with_the_bases_actor_side_as_their_whole_runs_did(
         compose(dataclasses.replace(sides, points=base_as_side))
 
 
+def _rerun(run, scale: float):
+    """``run`` measured again, its throughput ``scale`` times the first's."""
+    return dataclasses.replace(run, metrics={**run.metrics, THROUGHPUT: run.metrics[THROUGHPUT] * scale})
+
+
+def test_the_report_states_the_run_to_run_spread_its_errors_are_read_against(full, space) -> None:
+    base = choose_base(space, space.grid(), {})
+    ok = [p for p in full.points if p.runs[0].ok]
+    arm = next(p for p in ok if engine_side_only(p.config, base))
+    side = [_as_engine_side(r) for r in arm.runs]
+    twice = {  # two whole configs measured twice (10% and 4% apart), an engine side (20%)
+        config_key(ok[0].config): [*ok[0].runs, _rerun(ok[0].runs[0], 1.1)],
+        config_key(ok[1].config): [*ok[1].runs, _rerun(ok[1].runs[0], 0.96)],
+        config_key(arm.config): [*side, _rerun(side[0], 0.8)],
+    }
+    points = [LandscapePoint(p.config, twice.get(config_key(p.config), p.runs)) for p in full.points]
+    _, report = compose(dataclasses.replace(full, points=points))
+    whole, sides = report["run_spread"]["whole"], report["run_spread"]["engine_sides"]
+    assert whole["configs"] == 2 and whole["pct_max"] == pytest.approx(100 * 0.1 / 1.05)
+    assert whole["pct_median"] == pytest.approx((100 * 0.1 / 1.05 + 100 * 0.04 / 0.98) / 2)
+    assert sides == {
+        "configs": 1,
+        "pct_median": pytest.approx(100 * 0.2 / 0.9),
+        "pct_max": pytest.approx(100 * 0.2 / 0.9),
+    }
+    assert "run-to-run spread of a config's throughput, (max - min) / median: whole configs (2): " in table(
+        report
+    )
+    assert "engine sides (1): median 22.2%, worst 22.2%" in table(report)
+    # One run a config: no spread to state.
+    _, once = compose(full)
+    assert once["run_spread"]["whole"] == {"configs": 0, "pct_median": None, "pct_max": None}
+    assert "run-to-run spread" not in table(once)
+
+
 def test_a_recorder_says_what_is_left_by_kind_and_its_cost_at_the_medians_so_far(
     full, space, tmp_path, capsys
 ) -> None:
