@@ -6,6 +6,7 @@ import contextlib
 import os
 import platform
 import socket
+from collections.abc import Mapping
 
 HALF_DTYPES = ("bfloat16", "float16")
 
@@ -95,6 +96,18 @@ def host_cpus() -> dict[str, str]:
     ``os.cpu_count()`` tells programs sizing their thread pools). verl's host work per
     micro-batch sets its pace on some hosts, so a step time is a host's as much as a GPU's."""
     return {"cpu": cpu_model_name(), "cpu_cores": str(cpu_cores()), "host_cpus": str(os.cpu_count() or 0)}
+
+
+def host_kind(software: Mapping[str, str]) -> str | None:
+    """The kind of host a run's ``software`` names: its processor model and CPU counts (the
+    CPUs it may use where fewer than the host's), e.g. ``Intel(R) Xeon(R) Processor, 32
+    CPUs``; None for a run that recorded none. A small model's rollout and micro-batches can
+    be paced by the host, so runs on hosts of different kinds need not be comparable."""
+    if not software.get("host_cpus"):
+        return None
+    usable = software.get("cpu_cores", software["host_cpus"])
+    mine = f" ({usable} usable)" if usable != software["host_cpus"] else ""
+    return f"{software.get('cpu', 'unknown processor')}, {software['host_cpus']} CPUs{mine}"
 
 
 def software(device: str, engine: str) -> dict[str, str]:

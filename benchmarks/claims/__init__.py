@@ -70,6 +70,7 @@ from benchmarks.claims.search import (
     LANDSCAPE,
     SEARCH,
     compare_table,
+    cross_hosts,
     landscape_facts,
     search_compare,
     search_cpu_shows,
@@ -261,6 +262,7 @@ CLAIMS: list[Claim] = [
     Claim("search-h200-compare", lambda: compare_table(SEARCH)),
     Claim("search-h200-shows", search_h200_shows),
     Claim("search-h200-composition", search_h200_composition),
+    Claim("search-cross-hosts", cross_hosts),
 ]
 
 

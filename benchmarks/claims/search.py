@@ -4,6 +4,9 @@ benchmarks/README.md."""
 
 from __future__ import annotations
 
+import datetime
+import json
+import re
 import statistics
 from typing import Any
 
@@ -19,6 +22,7 @@ from benchmarks.claims.data import (
     times,
 )
 from benchmarks.gpu import report
+from trials.device import host_kind
 
 LANDSCAPE = "search/landscapes/qwen2.5-1.5b-h200.json"
 SEARCH = "search/results/qwen2.5-1.5b-h200.json"
@@ -302,3 +306,78 @@ def search_h200_composition() -> list[Line]:
             (COMPOSITION, LANDSCAPE),
         ),
     ]
+
+
+# The cross design's landscapes, one per kind of host (``benchmarks/gpu/record-cross.sh``
+# names each by its host's CPU count), smallest host first.
+CROSS_SIDES = (
+    "search/landscapes/qwen2.5-1.5b-h200-cross-sides-16cpu.json",
+    "search/landscapes/qwen2.5-1.5b-h200-cross-sides-32cpu.json",
+)
+ROLLOUT = "rollout_total_tokens_per_s"
+UPDATE = "update_actor_tokens_per_s"
+
+
+def _side_medians(rel: str, side: str, metric: str) -> dict[str, tuple[dict[str, Any], float, int]]:
+    """A landscape's ok runs by the values of their ``side`` knobs (``autotuner.compose``):
+    those knobs, the median of ``metric`` over the runs, and the runs' count."""
+    from autotuner.compose import side_of  # the knob table: import on use
+
+    runs: dict[str, tuple[dict[str, Any], list[float]]] = {}
+    for point in load(rel)["points"]:
+        knobs = {p: v for p, v in point["config"].items() if side_of(p) == side}
+        key = json.dumps(knobs, sort_keys=True)
+        for run in point["runs"]:
+            if run["status"] == "ok" and metric in run["metrics"]:
+                runs.setdefault(key, (knobs, []))[1].append(run["metrics"][metric])
+    return {k: (knobs, statistics.median(v), len(v)) for k, (knobs, v) in runs.items()}
+
+
+def cross_hosts() -> list[Line]:
+    """What each kind of host has recorded of the cross design, and the engine and train
+    settings measured on both: rollout and update speed, host by host."""
+    docs = [load(rel) for rel in CROSS_SIDES]
+    lines = []
+    for rel, doc in zip(CROSS_SIDES, docs, strict=True):
+        runs = [run for point in doc["points"] for run in point["runs"]]
+        found = re.search(r"--repeats (\d+)", doc["command"])  # the recorder's default: 1
+        repeats = int(found.group(1)) if found else 1
+        total = (doc["design"]["sides"] + len(doc["design"]["held_out"])) * repeats
+        kinds = sorted({host_kind(run["software"]) or "not recorded" for run in runs})
+        days = sorted({run["started_at"] for run in runs})
+        statuses = {
+            s: sum(run["status"] == s for run in runs) for s in dict.fromkeys(r["status"] for r in runs)
+        }
+        lines.append(
+            Line(
+                f"- `{rel.removeprefix('search/')}`: {len(runs)} of the design's {total} runs "
+                f"({', '.join(f'{n} {s}' for s, n in statuses.items())}), on {'; '.join(kinds)}, "
+                f"started {_day(days[0])} to {_day(days[-1])}.",
+                (rel,),
+            )
+        )
+    a, b = CROSS_SIDES
+    rows = []
+    for side, metric, what in (("engine", ROLLOUT, "rollout"), ("actor", UPDATE, "update")):
+        small, large = _side_medians(a, side, metric), _side_medians(b, side, metric)
+        for key in sorted(small.keys() & large.keys()):
+            (knobs, x, n), (_, y, m) = small[key], large[key]
+            rows.append(
+                (
+                    [f"{what}: {report.knobs(knobs)}", f"{x:,.0f} ({n})", f"{y:,.0f} ({m})", f"{y / x:.2f}x"],
+                    (a, b),
+                )
+            )
+    if not rows:
+        return [*lines, Line(""), Line("No engine or train setting is measured on both kinds of host yet.")]
+    return [
+        *lines,
+        Line(""),
+        *table(
+            ["setting measured on both", "16 CPUs: tok/s (runs)", "32 CPUs: tok/s (runs)", "32 over 16"], rows
+        ),
+    ]
+
+
+def _day(started_at: float) -> str:
+    return datetime.datetime.fromtimestamp(started_at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -8,8 +8,9 @@
 # PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
 # STUDY_RESUME=DIR: go on with the job whose database an earlier host packed (run-studies.sh).
 # PLAN_THEN=cross: once the job has ended, the search benchmark's cross design on the job's GPUs
-# (record-cross.sh), resuming benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides.json
-# where a file of that name is carried (the landscape poll.sh packed on an earlier host).
+# (record-cross.sh), resuming benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides-<N>cpu.json
+# for a host of N CPUs (one landscape per kind of host) where the checkout has it (the landscape
+# poll.sh packed on an earlier host of that kind).
 # usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail
@@ -40,7 +41,7 @@ if [ "$job" != none ]; then
   log "the job ended: $(tail -n 1 "/tmp/at/logs/$study.log")"
 fi
 if [ "${PLAN_THEN:-}" = cross ]; then
-  sides=benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides.json
+  sides=benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides-$(nproc --all)cpu.json
   log "3: the search benchmark's cross design${STUDY_GPUS:+ on GPUs $STUDY_GPUS}"
   RECORD_GPUS=$(tr ',' ' ' <<< "${STUDY_GPUS:-0}") RECORD_RESUME=$([ -f "$sides" ] && echo "$sides") \
     bash benchmarks/gpu/record-cross.sh

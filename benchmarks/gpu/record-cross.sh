@@ -3,12 +3,13 @@
 # (benchmarks/search/jobs/qwen2.5-1.5b-h200-cross.yaml: 39 configs on the cross and 8 held
 # out, each run twice), one recorder per GPU, detached; poll.sh packs the landscape
 # (/tmp/at/landscape/*.json) with the recorders' logs. The recording resumes where a file
-# carried from an earlier host stopped.
+# carried from an earlier host of the same kind stopped: the landscape is named by the host's
+# CPU count, and the recorders refuse a file recorded on another kind of host.
 # usage: [RECORD_RESUME=FILE] [RECORD_GPUS="0 1"] bash benchmarks/gpu/record-cross.sh
 # RECORD_RESUME: the sides landscape an earlier host packed (its runs are kept, its design reused).
 set -euo pipefail
 export LANDSCAPE_JOB=benchmarks/search/jobs/qwen2.5-1.5b-h200-cross.yaml
-export LANDSCAPE=/tmp/at/landscape/qwen2.5-1.5b-h200-cross-sides.json
+export LANDSCAPE=/tmp/at/landscape/qwen2.5-1.5b-h200-cross-sides-$(nproc --all)cpu.json
 # The base's train side is dynamic batches of 28,672 tokens, the largest micro-batches the job
 # searches; the other 35 engine settings run as engine sides alone (no training) and compose
 # with it.

@@ -36,7 +36,8 @@ are recorded as full trials beside the sides (``benchmarks.search.record --desig
 --held-out K``), and each is compared with what its sides compose to (throughput and peak
 memory, median over runs; a config composed feasible that did not fit, or the reverse,
 is a mismatch). Beside the error the report states the run-to-run spread of the configs
-recorded more than once, whole and engine sides apart: the noise the error is read against.
+recorded more than once, whole and engine sides apart: the noise the error is read against;
+and the kinds of host the runs come from (``trials.device.host_kind``), where more than one.
 On a landscape with every config recorded (no design in the file), all configs off the
 cross are held out: the method checked on a full grid.
 
@@ -56,6 +57,7 @@ import random
 import shlex
 import statistics
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,7 @@ from autotuner.records import config_key
 from autotuner.replay import Landscape, LandscapePoint, throughput
 from autotuner.space import SearchSpace
 from benchmarks.gpu.report import SHORT, knobs
+from trials.device import host_kind
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 from trials.types import TrialResult
 
@@ -298,6 +301,9 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
         else:
             apart += 1
     report = _report(held, base, len(grid), len(sides), len(side_only & side_keys), len(composed), apart)
+    report["hosts"] = dict(
+        Counter(host_kind(r.software) or "not recorded" for p in landscape.points for r in p.runs)
+    )
     report["run_spread"] = {
         "whole": _spread([p for k, p in measured.items() if k not in side_only]),
         "engine_sides": _spread([measured[k] for k in side_only]),
@@ -410,6 +416,12 @@ def table(report: dict[str, Any]) -> str:
             f"throughput error over the {report['both_feasible']} held-out configs that fit: "
             + ("-" if med is None else f"median {med:.1f}%, worst {worst:.1f}%")
             + f"; feasibility mismatches: {report['feasibility_mismatches']} of {report['held_out']}"
+        )
+    hosts = report.get("hosts") or {}
+    if len(hosts) > 1:
+        lines.append(
+            f"runs from {len(hosts)} kinds of host ({'; '.join(f'{k}: {n}' for k, n in hosts.items())}): "
+            "a config's throughput moves with the host, so its sides and held-out runs may differ by it"
         )
     spread = report.get("run_spread") or {}
     said = [

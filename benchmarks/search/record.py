@@ -2,7 +2,7 @@
 
 usage: python -m benchmarks.search.record JOB.yaml OUT.json [--repeats N] [--label TEXT]
                                           [--design cross --held-out K [--base PATH=VALUE ...]]
-                                          [--left]
+                                          [--left] [--any-host]
 
 Each grid point (``SearchSpace.grid``: every distinct config verl accepts) runs through
 the tuner's own executor (a Ray task per trial, ``trials.launcher`` in a fresh process,
@@ -29,6 +29,12 @@ setting beside the base's train setting, the base aside) runs as engine sides al
 and the held-out configs as whole trials. The design is stored in the file and a resumed
 recording keeps it.
 
+A landscape holds the runs of one kind of host (``trials.device.host_kind``: the processor
+model and CPU counts each run records): a small model's rollout and micro-batches are paced
+by the host as much as by the GPU, so a recorder refuses to add runs to a file recorded on
+another kind of host (``--any-host`` mixes them anyway) and says to record into a file of
+its own.
+
 Each recorder says at its start what is left to record, and what that costs at the median
 wall time of the runs of each kind recorded so far; ``--left`` says so and stops.
 
@@ -50,6 +56,7 @@ import socket
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -71,6 +78,7 @@ from benchmarks.search.compose import (
     make_design,
     parse_fixed,
 )
+from trials.device import host_cpus, host_kind
 from trials.metrics import THROUGHPUT
 from trials.types import BatchDraw
 
@@ -107,8 +115,10 @@ class Ledger:
         label: str,
         command: str,
         design: dict[str, Any] | None = None,
+        host: str | None = None,
     ) -> None:
         self.out = out
+        self.host = host  # this host's kind (``trials.device.host_kind``); None: any
         self.lock_path = out.with_name(out.name + ".lock")
         self.claims_path = out.with_name(out.name + ".claims")
         self._new = (spec, arch, device, cap, label, command)
@@ -134,12 +144,28 @@ class Ledger:
                             f"{self.out} was recorded by trials that copied the logits at "
                             "temperature 1.0, and trials now keep them: record into a new file"
                         )
+                    self._check_host(landscape)
                     landscape.command = self._new[5]
                 else:
                     landscape = Landscape(*self._new, design=self.design)  # type: ignore[arg-type]
                 yield landscape
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _check_host(self, landscape: Landscape) -> None:
+        """Refuse to add this host's runs to a landscape recorded on another kind of host."""
+        if self.host is None:
+            return
+        kinds = Counter(host_kind(run.software) for point in landscape.points for run in point.runs)
+        others = {kind: n for kind, n in kinds.items() if kind is not None and kind != self.host}
+        if others:
+            raise LandscapeError(
+                f"{self.out} holds runs recorded on another kind of host "
+                f"({'; '.join(f'{kind}: {n} runs' for kind, n in others.items())}) and this host is "
+                f"{self.host}: a config's throughput moves with the host, so a landscape mixing kinds "
+                "of host confounds its knobs with them. Record into a file of this kind of host's "
+                "own, or pass --any-host to mix them"
+            )
 
     def claims(self) -> dict[str, dict[str, Any]]:
         """The live claims (call with the lock held): claim id -> {config key, pid, host}."""
@@ -244,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base", action="append", default=[], metavar="PATH=VALUE")
     parser.add_argument("--left", action="store_true", help="Say what is left to record, and stop.")
+    parser.add_argument(
+        "--any-host",
+        action="store_true",
+        help="Add runs to a landscape recorded on another kind of host (default: refuse).",
+    )
     args = parser.parse_args(argv)
     if args.base and args.design is None:
         parser.error("--base sets a cross design's base; add --design cross")
@@ -272,10 +303,14 @@ def main(argv: list[str] | None = None) -> int:
             f"cross, {len(design['held_out'])} held out",
             flush=True,
         )
-    ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command, design)
-    with ledger.locked() as landscape:
-        done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
-        remaining = left(grid, landscape, args.repeats, design.get("base"))
+    host = None if args.any_host else host_kind(host_cpus())
+    ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command, design, host)
+    try:
+        with ledger.locked() as landscape:
+            done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
+            remaining = left(grid, landscape, args.repeats, design.get("base"))
+    except LandscapeError as exc:
+        parser.error(str(exc))
     total = len(grid) * args.repeats
     print(
         f"{len(grid)} configs x {args.repeats} runs; {done} runs recorded already in {args.out}", flush=True

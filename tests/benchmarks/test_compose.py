@@ -344,3 +344,24 @@ def test_a_comparison_on_a_composed_landscape_names_the_composition(full, space)
     assert "composed: 13 of 24 configs from measured sides; on 2 held-out configs" in compare_table(result)
     plain = compare(full, ["random"], seeds=1)
     assert plain["landscape"]["composed"] == 0 and "composed:" not in compare_table(plain)
+
+
+def test_the_report_names_the_kinds_of_host_its_runs_come_from(full) -> None:
+    _, once = compose(full)  # runs that recorded no host: one kind, nothing to say
+    assert once["hosts"] == {"not recorded": sum(len(p.runs) for p in full.points)}
+    assert "kinds of host" not in table(once)
+
+    def on(run, cpus: str):
+        return dataclasses.replace(run, software={"cpu": "Test CPU", "host_cpus": cpus, "cpu_cores": cpus})
+
+    points = [
+        LandscapePoint(p.config, [on(r, "16" if n < 5 else "32") for r in p.runs])
+        for n, p in enumerate(full.points)
+    ]
+    _, report = compose(dataclasses.replace(full, points=points))
+    small = sum(len(p.runs) for p in full.points[:5])
+    assert report["hosts"] == {
+        "Test CPU, 16 CPUs": small,
+        "Test CPU, 32 CPUs": sum(len(p.runs) for p in full.points) - small,
+    }
+    assert f"runs from 2 kinds of host (Test CPU, 16 CPUs: {small}; Test CPU, 32 CPUs: " in table(report)

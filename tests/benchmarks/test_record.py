@@ -18,6 +18,8 @@ from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from autotuner.study import config_key
 from benchmarks.search.record import Ledger, next_config
+from benchmarks.search.record import main as record_main
+from trials.device import host_cpus, host_kind
 from trials.types import TrialResult
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,3 +170,47 @@ def test_a_recording_spreads_each_knobs_settings_over_its_hours() -> None:
     claimed = {"live": {"config": order[0], "pid": os.getpid(), "host": "h"}}
     assert config_key(next_config(grid, fresh(), claimed, 2, set(), 0)) == order[1]
     assert config_key(next_config(grid, fresh(), {}, 2, {order[0], order[1]}, 0)) == order[2]
+
+
+def _on(cpus: str, usable: str | None = None) -> TrialResult:
+    """A run recorded on a host of ``cpus`` CPUs (``usable`` of them for the run)."""
+    software = {"cpu": "Test CPU", "host_cpus": cpus, "cpu_cores": usable or cpus}
+    return TrialResult(trial_id=f"on-{cpus}", status="ok", software=software)
+
+
+def test_a_landscape_takes_the_runs_of_one_kind_of_host(tmp_path, capsys) -> None:
+    spec = parse_job_spec(JOB)
+    grid = build_space(spec, "cpu", Settings()).grid()
+    out = tmp_path / "landscape.json"
+    points = [LandscapePoint(grid[0], [_on("16")]), LandscapePoint(grid[1], [TrialResult("old", "ok")])]
+    Landscape(spec, spec.validate_model(), "cpu", 2.0, "old", "record", points=points).save(out)
+    sixteen, other = host_kind(_on("16").software), host_kind(_on("32").software)
+    assert sixteen == "Test CPU, 16 CPUs"
+    assert host_kind(_on("32", usable="16").software) == "Test CPU, 32 CPUs (16 usable)"
+    assert host_kind(TrialResult("old", "ok").software) is None  # recorded no host: any
+
+    def ledger(host: str | None) -> Ledger:
+        return Ledger(out, spec, spec.validate_model(), "cpu", 2.0, "new", "record", host=host)
+
+    for host in (sixteen, None):  # the same kind of host, or any host (--any-host)
+        with ledger(host).locked() as landscape:
+            assert len(landscape.points) == 2
+    with (
+        pytest.raises(
+            LandscapeError,
+            match=r"another kind of host \(Test CPU, 16 CPUs: 1 runs\) and this host is Test CPU, 32 CPUs: "
+            r".*confounds its knobs.*--any-host",
+        ),
+        ledger(other).locked(),
+    ):
+        pass
+    # The recorder on this machine (no "Test CPU"): a clear error before anything runs.
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(JOB))
+    with pytest.raises(SystemExit) as refused:
+        record_main([str(job), str(out), "--left"])
+    assert refused.value.code == 2
+    said = capsys.readouterr().err
+    assert "Test CPU, 16 CPUs: 1 runs" in said and f"this host is {host_kind(host_cpus())}" in said
+    assert record_main([str(job), str(out), "--left", "--any-host"]) == 0
+    assert "2 runs recorded already" in capsys.readouterr().out
