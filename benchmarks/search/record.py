@@ -125,8 +125,9 @@ class Ledger:
         self.design = design or {}
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[Landscape]:
-        """The landscape as the file holds it now, with the lock held (saved by the caller)."""
+    def locked(self, check_host: bool = True) -> Iterator[Landscape]:
+        """The landscape as the file holds it now, with the lock held (saved by the caller);
+        ``check_host``: refuse a file recorded on another kind of host (``host_mismatch``)."""
         self.out.parent.mkdir(parents=True, exist_ok=True)
         with open(self.lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
@@ -144,7 +145,9 @@ class Ledger:
                             f"{self.out} was recorded by trials that copied the logits at "
                             "temperature 1.0, and trials now keep them: record into a new file"
                         )
-                    self._check_host(landscape)
+                    why = self.host_mismatch(landscape) if check_host else None
+                    if why:
+                        raise LandscapeError(why)
                     landscape.command = self._new[5]
                 else:
                     landscape = Landscape(*self._new, design=self.design)  # type: ignore[arg-type]
@@ -152,20 +155,22 @@ class Ledger:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def _check_host(self, landscape: Landscape) -> None:
-        """Refuse to add this host's runs to a landscape recorded on another kind of host."""
+    def host_mismatch(self, landscape: Landscape) -> str | None:
+        """Why this host's runs may not join ``landscape``: it holds runs recorded on another
+        kind of host; None where they may (or where ``host`` is None: any host)."""
         if self.host is None:
-            return
+            return None
         kinds = Counter(host_kind(run.software) for point in landscape.points for run in point.runs)
         others = {kind: n for kind, n in kinds.items() if kind is not None and kind != self.host}
-        if others:
-            raise LandscapeError(
-                f"{self.out} holds runs recorded on another kind of host "
-                f"({'; '.join(f'{kind}: {n} runs' for kind, n in others.items())}) and this host is "
-                f"{self.host}: a config's throughput moves with the host, so a landscape mixing kinds "
-                "of host confounds its knobs with them. Record into a file of this kind of host's "
-                "own, or pass --any-host to mix them"
-            )
+        if not others:
+            return None
+        return (
+            f"{self.out} holds runs recorded on another kind of host "
+            f"({'; '.join(f'{kind}: {n} runs' for kind, n in others.items())}) and this host is "
+            f"{self.host}: a config's throughput moves with the host, so a landscape mixing kinds "
+            "of host confounds its knobs with them. Record into a file of this kind of host's "
+            "own, or pass --any-host to mix them"
+        )
 
     def claims(self) -> dict[str, dict[str, Any]]:
         """The live claims (call with the lock held): claim id -> {config key, pid, host}."""
@@ -305,10 +310,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     host = None if args.any_host else host_kind(host_cpus())
     ledger = Ledger(args.out, spec, space.arch, device, cap, args.label, command, design, host)
-    try:
-        with ledger.locked() as landscape:
+    try:  # --left only reads: it says where this host could not record, and goes on
+        with ledger.locked(check_host=not args.left) as landscape:
             done = sum(min(len(p.runs), args.repeats) for p in landscape.points)
             remaining = left(grid, landscape, args.repeats, design.get("base"))
+            mismatch = ledger.host_mismatch(landscape)
     except LandscapeError as exc:
         parser.error(str(exc))
     total = len(grid) * args.repeats
@@ -317,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(remaining, flush=True)
     if args.left:
+        if mismatch:
+            print(f"(not here: {mismatch})", flush=True)
         return 0
 
     ensure_ray(settings.ray_address, settings.ray_num_cpus)

@@ -204,13 +204,17 @@ def test_a_landscape_takes_the_runs_of_one_kind_of_host(tmp_path, capsys) -> Non
         ledger(other).locked(),
     ):
         pass
-    # The recorder on this machine (no "Test CPU"): a clear error before anything runs.
+    # The recorder on this machine (no "Test CPU"): a clear error before anything runs;
+    # --left says what is left, and that this host could not record it.
     job = tmp_path / "job.json"
     job.write_text(json.dumps(JOB))
     with pytest.raises(SystemExit) as refused:
-        record_main([str(job), str(out), "--left"])
+        record_main([str(job), str(out)])
     assert refused.value.code == 2
     said = capsys.readouterr().err
     assert "Test CPU, 16 CPUs: 1 runs" in said and f"this host is {host_kind(host_cpus())}" in said
+    assert record_main([str(job), str(out), "--left"]) == 0
+    said = capsys.readouterr().out
+    assert "2 runs recorded already" in said and "(not here: " in said and "--any-host" in said
     assert record_main([str(job), str(out), "--left", "--any-host"]) == 0
-    assert "2 runs recorded already" in capsys.readouterr().out
+    assert "not here" not in capsys.readouterr().out
