@@ -28,7 +28,7 @@ from autotuner.records import SKIPPED_STATUSES, TrialRecord, TrialStatus
 from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
-from autotuner.summary import JobSummary, Runs, front, runs_of
+from autotuner.summary import JobSummary, Runs, front, hosts_line, runs_of
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
@@ -241,6 +241,9 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
     say(_best_line(summary, chosen.device))
     say(f"winner picked by {summary.winner_source}")
     say(summary.noise_line())
+    hosts = summary.hosts_line()
+    if hosts:
+        say(hosts)
     for line in summary.versus_lines():
         say(f"  {line}")
     try:
@@ -680,6 +683,9 @@ def _noise_lines(job: dict[str, Any]) -> list[str]:
             f"(n={runs['runs']}{spread}); the best "
             + versus(b["best_over_baseline"], b["verdict"], b["tie_band_pct"], "it")
         )
+    hosts = hosts_line(job.get("hosts") or {})
+    if hosts:
+        lines.append(f"  {hosts}")
     return lines
 
 

@@ -29,6 +29,7 @@ from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.verl_results import VerlVerdict, summary_of, verl_medians
+from trials.device import host_kind
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 
@@ -290,6 +291,8 @@ class JobSummary:
     # The winner's verl-measured median over verl's defaults' (both verified in verl).
     verl_gain_over_baseline: float | None = None
     verl: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # The runs by the kind of host they ran on (``hosts_of``).
+    hosts: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -344,6 +347,9 @@ class JobSummary:
     def noise_line(self) -> str:
         """The job's noise and tie band, for the CLI and logs."""
         return Noise(self.noise_band_pct, self.noise_pct, self.noise_baselines, self.noise_runs).describe()
+
+    def hosts_line(self) -> str | None:
+        return hosts_line(self.hosts)
 
     def versus_lines(self) -> list[str]:
         """The winner against each baseline: a ratio, or a tie inside the band."""
@@ -416,6 +422,7 @@ def summarize(
         tie_band_pct=noise.band_pct,
         memory_model_errors=memory_errors(recs),
         gpu_seconds=gpu_seconds(recs),
+        hosts=hosts_of(recs),
     )
     out.winner_source = source
     out.verl = verified_summaries(recs, verl or {})
@@ -453,6 +460,33 @@ def summarize(
             if compared is not None:
                 out.verdict_over_baseline = compared["verdict"]
                 out.band_over_baseline = compared["tie_band_pct"]
+    return out
+
+
+def hosts_line(hosts: dict[str, int]) -> str | None:
+    """Where a job's runs came from more than one kind of host (``hosts_of``), which; None
+    otherwise."""
+    if len(hosts) < 2:
+        return None
+    kinds = "; ".join(f"{kind}: {n} runs" for kind, n in hosts.items())
+    return (
+        f"hosts: the runs came from {len(hosts)} kinds of host ({kinds}); a config's throughput "
+        "moves with its host, so configs measured on different kinds compare only as well as "
+        "those hosts agree"
+    )
+
+
+def hosts_of(recs: list[TrialRecord]) -> dict[str, int]:
+    """The runs (trials and re-measurements) by the kind of host they ran on
+    (``trials.device.host_kind``: the processor model and CPU counts; runs that recorded
+    none left out). A small model's rollout and micro-batches are paced by the host as much
+    as by the GPU, so a job whose trials ran on several kinds of host compares configs
+    across them."""
+    out: dict[str, int] = {}
+    for r in recs:
+        kind = host_kind(r.software) if r.ran else None
+        if kind is not None:
+            out[kind] = out.get(kind, 0) + 1
     return out
 
 

@@ -205,6 +205,13 @@ class JobPublic(BaseModel):
         description="What it had cost when first_tied_proposed's first run ended, counted as "
         "gpu_seconds_to_best.",
     )
+    hosts: dict[str, int] = Field(
+        default_factory=dict,
+        description="The runs (trials and re-measurements) by the kind of host they ran on "
+        "(processor model and CPU counts, as each trial's software records them). More than "
+        "one kind: configs measured on different kinds compare across hosts, whose speeds can "
+        "differ.",
+    )
     spec: dict[str, Any]
 
     @classmethod
@@ -230,9 +237,10 @@ class JobPublic(BaseModel):
             eta = elapsed / done * max(job.trials_total - done, 0)
         runs = runs_of(records)
         noise, baselines, cost, cost_to_best, tied, cost_to_tie = None, [], None, None, None, None
-        own, cost_to_own = None, None
+        own, cost_to_own, hosts = None, None, {}
         if spec is not None:
             summary = summarize(spec, records, "")
+            hosts = summary.hosts
             cost, cost_to_best = summary.gpu_seconds, summary.gpu_seconds_to_best
             tied, cost_to_tie = summary.first_tied, summary.gpu_seconds_to_tie
             own, cost_to_own = summary.first_tied_proposed, summary.gpu_seconds_to_tie_proposed
@@ -281,6 +289,7 @@ class JobPublic(BaseModel):
             gpu_seconds_to_tie=cost_to_tie,
             first_tied_proposed=own,
             gpu_seconds_to_tie_proposed=cost_to_own,
+            hosts=hosts,
             spec=json.loads(job.spec_json),
         )
 

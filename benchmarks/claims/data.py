@@ -182,3 +182,21 @@ def targets(verl: dict[str, float], same_order: bool, within: list[str], configs
         f"{'met' if same_order else 'missed'}; every config's error within 10%: "
         f"{len(within)} of {len(configs)} ({', '.join(within) or 'none'})."
     )
+
+
+def hosts_clause(trials: list[dict[str, Any]]) -> str:
+    """`` (its runs on 2 kinds of host: Intel(R) Xeon(R) Processor, 16 CPUs, 16 runs; ...)``
+    where a job's runs came from more than one kind of host (``autotuner.summary.hosts_of``),
+    else nothing."""
+    from trials.device import host_kind
+
+    kinds: dict[str, int] = {}
+    for t in trials:
+        kind = host_kind(t.get("software") or {}) if t["status"] in MEASURED else None
+        if kind is not None:
+            kinds[kind] = kinds.get(kind, 0) + 1
+    if len(kinds) < 2:
+        return ""
+    return (
+        f" (its runs on {len(kinds)} kinds of host: {'; '.join(f'{k}, {n} runs' for k, n in kinds.items())})"
+    )

@@ -14,6 +14,7 @@ from benchmarks.claims.data import (
     Line,
     baseline,
     f1,
+    hosts_clause,
     job_of,
     load,
     measured,
@@ -84,7 +85,8 @@ def _job_headline(path: str, what: str, ran_on: str) -> list[Line]:
         numbers.append(tied)
     return [
         Line(
-            f"{what}, run on {summary['device']}s {ran_on}, finished on {job['finished_at'][:10]} "
+            f"{what}, run on {summary['device']}s {ran_on}{hosts_clause(trials)}, finished on "
+            f"{job['finished_at'][:10]} "
             f"(`benchmarks/README.md`, data in `benchmarks/{path}`): the tuner's winner, trial "
             f"{best}, ran at {median_runs(winner)} tokens/s/GPU; " + "; ".join(parts) + ". "
             f"{searched} proposals measured beside the baselines, {summary['gpu_seconds'] / 3600:.1f} "

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from autotuner.export import VERL_KEYS, load_exported_yaml
+from trials.device import host_cpus, host_kind
 from trials.launcher import scratch_dirs
 
 from .conftest import MEASURED, REPO, TOKEN, A, R, submit, train_job, trials_of, wait_for
@@ -50,6 +51,8 @@ def test_a_train_job_runs_to_succeeded_and_reports_its_trials(server, finished_j
         to_best = sum(t["wall_s"] for t in trials if t["number"] <= job["best"]["number"])
         assert job["gpu_seconds_to_best"] == pytest.approx(to_best)
         assert 0 < to_best <= job["gpu_seconds"]
+        # Every run ran on this machine: one kind of host, named with its runs.
+        assert job["hosts"] == {host_kind(host_cpus()): sum(t["status"] in MEASURED for t in trials)}
         # The earliest trial inside the winner's tie band, and what the job had spent by it.
         assert job["first_tied"] is not None and job["first_tied"] <= job["best"]["number"]
         to_tie = sum(t["wall_s"] for t in trials if t["number"] <= job["first_tied"])

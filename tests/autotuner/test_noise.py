@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from autotuner.cli import _noise_lines
 from autotuner.noise import Noise, Verdict, compare, pooled_spread_pct, spread_pct, tie_band_pct, versus
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
@@ -194,3 +195,28 @@ def test_where_a_baseline_ties_the_winner_the_searchs_own_first_tied_config_is_r
     own = summarize(_spec(), _costed([80.0, 77.6, 82.4]), "done")
     assert own.first_tied == own.first_tied_proposed == 2
     assert "the search's first" not in own.cost_line()
+
+
+def test_runs_from_several_kinds_of_host_are_named() -> None:
+    def on(cpus: str) -> dict[str, str]:
+        return {"cpu": "Test CPU", "host_cpus": cpus, "cpu_cores": cpus}
+
+    recs = _job([125.0, 126.0, 124.0], [100.0, 97.0, 103.0])
+    alone = summarize(_spec(), recs, "done")
+    assert alone.hosts == {} and alone.hosts_line() is None  # no run recorded its host
+    for r in recs:
+        r.software = on("32" if r.number % 2 else "16")
+    skipped = TrialRecord(number=len(recs), status=TrialStatus.PREDICTED_OOM, software=on("64"))
+    recs.append(skipped)  # never ran: no host's run
+    summary = summarize(_spec(), recs, "done")
+    assert summary.hosts == {"Test CPU, 16 CPUs": 3, "Test CPU, 32 CPUs": 3}
+    line = summary.hosts_line()
+    assert line is not None and line.startswith(
+        "hosts: the runs came from 2 kinds of host (Test CPU, 16 CPUs: 3"
+    )
+    # `autotuner jobs ID` says so too, from the server's JSON.
+    shown = {"noise": {"measured_pct": 3.0, "runs": 3, "band_pct": 3.0}, "hosts": summary.hosts}
+    assert f"  {line}" in _noise_lines(shown)
+    for r in recs:
+        r.software = on("16")
+    assert summarize(_spec(), recs, "done").hosts_line() is None  # one kind: nothing to say
