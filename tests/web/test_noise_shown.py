@@ -1,6 +1,7 @@
-"""The job's noise, measured on its baselines' repeats, and the tie rule it sets, as the API,
-the page and the CLI's status show them: trials replayed from the recorded CPU landscape
-into a real job's study, read back over HTTP (TestClient)."""
+"""The job's noise, measured on its baselines' repeats, the tie rule it sets, and the kinds
+of host its runs came from, as the API, the page and the CLI's status show them: trials
+replayed from the recorded CPU landscape into a real job's study, read back over HTTP
+(TestClient)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 from fastapi.testclient import TestClient
+from markupsafe import escape
 
 from autotuner.cli import _best_line, _noise_lines
 from autotuner.records import config_key
@@ -110,3 +112,19 @@ def test_a_winner_inside_the_noise_of_verls_defaults_is_shown_as_a_tie(tmp_path:
     assert (
         f"ties verl's defaults ({summary.gain_over_baseline:.2f}x, inside the {band:.1f}% noise band)" in said
     )
+
+
+def test_runs_from_two_kinds_of_host_are_named_by_the_api_page_and_cli(tmp_path: Path) -> None:
+    landscape = Landscape.load(LANDSCAPE)
+    for n, point in enumerate(landscape.points):  # configs alternate between two kinds of host
+        for run in point.runs:
+            run.software = {**run.software, "cpu": "Test CPU", "host_cpus": "32" if n % 2 else "16"}
+    client, job, summary, result = _job(tmp_path, 2.0, landscape)
+    assert set(summary.hosts) == {"Test CPU, 16 CPUs", "Test CPU, 32 CPUs"}
+    assert sum(summary.hosts.values()) == sum(r.ran for r in result.records)
+    line = summary.hosts_line()
+    assert line is not None
+    shown = client.get(f"/v1/jobs/{job.id}").json()
+    assert shown["hosts"] == summary.hosts
+    assert f'<div class="muted small" data-hosts>{escape(line)}</div>' in client.get(f"/jobs/{job.id}").text
+    assert f"  {line}" in _noise_lines(shown)
