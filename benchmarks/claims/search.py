@@ -318,9 +318,9 @@ ROLLOUT = "rollout_total_tokens_per_s"
 UPDATE = "update_actor_tokens_per_s"
 
 
-def _side_medians(rel: str, side: str, metric: str) -> dict[str, tuple[dict[str, Any], float, int]]:
+def _side_runs(rel: str, side: str, metric: str) -> dict[str, tuple[dict[str, Any], list[float]]]:
     """A landscape's ok runs by the values of their ``side`` knobs (``autotuner.compose``):
-    those knobs, the median of ``metric`` over the runs, and the runs' count."""
+    those knobs and the runs' ``metric``."""
     from autotuner.compose import side_of  # the knob table: import on use
 
     runs: dict[str, tuple[dict[str, Any], list[float]]] = {}
@@ -330,7 +330,7 @@ def _side_medians(rel: str, side: str, metric: str) -> dict[str, tuple[dict[str,
         for run in point["runs"]:
             if run["status"] == "ok" and metric in run["metrics"]:
                 runs.setdefault(key, (knobs, []))[1].append(run["metrics"][metric])
-    return {k: (knobs, statistics.median(v), len(v)) for k, (knobs, v) in runs.items()}
+    return runs
 
 
 def cross_hosts() -> list[Line]:
@@ -357,24 +357,54 @@ def cross_hosts() -> list[Line]:
             )
         )
     a, b = CROSS_SIDES
+    engine = {rel: _side_runs(rel, "engine", ROLLOUT) for rel in CROSS_SIDES}
+    every = [[v for _, values in engine[rel].values() for v in values] for rel in CROSS_SIDES]
     rows = []
-    for side, metric, what in (("engine", ROLLOUT, "rollout"), ("actor", UPDATE, "update")):
-        small, large = _side_medians(a, side, metric), _side_medians(b, side, metric)
-        for key in sorted(small.keys() & large.keys()):
-            (knobs, x, n), (_, y, m) = small[key], large[key]
-            rows.append(
-                (
-                    [f"{what}: {report.knobs(knobs)}", f"{x:,.0f} ({n})", f"{y:,.0f} ({m})", f"{y / x:.2f}x"],
-                    (a, b),
-                )
+    if all(every):
+        x, y = (statistics.median(v) for v in every)
+        rows.append(
+            (
+                ["rollout, every setting and run: median (range)"]
+                + [f"{statistics.median(v):,.0f} ({span(v, ',.0f')}; {len(v)})" for v in every]
+                + [f"{y / x:.2f}x"],
+                (a, b),
             )
+        )
+    for side, metric, what in (("engine", ROLLOUT, "rollout"), ("actor", UPDATE, "update")):
+        small, large = _side_runs(a, side, metric), _side_runs(b, side, metric)
+        for key in sorted(small.keys() & large.keys()):
+            (knobs, xs), (_, ys) = small[key], large[key]
+            x, y = statistics.median(xs), statistics.median(ys)
+            cells = [f"{what}: {report.knobs(knobs)}", f"{x:,.0f} ({len(xs)})", f"{y:,.0f} ({len(ys)})"]
+            rows.append(([*cells, f"{y / x:.2f}x"], (a, b)))
     if not rows:
         return [*lines, Line(""), Line("No engine or train setting is measured on both kinds of host yet.")]
+    # Each host's own run-to-run noise in the rollout: the engine settings rolled out more than
+    # once there (as an engine side, or under several train settings)
+    noise = []
+    for rel in CROSS_SIDES:
+        spreads = [
+            100 * (max(v) - min(v)) / statistics.median(v) for _, v in engine[rel].values() if len(v) > 1
+        ]
+        if spreads:
+            cpus = rel.rsplit("-", 1)[-1].removesuffix("cpu.json")
+            noise.append(f"up to {max(spreads):.0f}% on the {cpus}-CPU hosts")
+    said = (
+        f" On one kind of host an engine setting's rollouts spread by {' and '.join(noise)} ((max - min)"
+        " / median over its runs): a ratio of single runs carries that noise too."
+        if noise
+        else ""
+    )
     return [
         *lines,
         Line(""),
-        *table(
-            ["setting measured on both", "16 CPUs: tok/s (runs)", "32 CPUs: tok/s (runs)", "32 over 16"], rows
+        *table(["setting", "16 CPUs: tok/s (runs)", "32 CPUs: tok/s (runs)", "32 over 16"], rows),
+        Line(""),
+        Line(
+            "The first row pools every rollout each kind of host recorded (their settings differ); the"
+            " others are the settings measured on both, each the median of its runs there (a rollout is"
+            " the engine's, whatever train setting it ran beside; an update the actor's)." + said,
+            (a, b),
         ),
     ]
 
