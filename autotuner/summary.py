@@ -29,7 +29,7 @@ from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.verl_results import VerlVerdict, summary_of, verl_medians
-from trials.device import host_kind
+from trials.device import host_kinds
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
 
@@ -482,12 +482,7 @@ def hosts_of(recs: list[TrialRecord]) -> dict[str, int]:
     none left out). A small model's rollout and micro-batches are paced by the host as much
     as by the GPU, so a job whose trials ran on several kinds of host compares configs
     across them."""
-    out: dict[str, int] = {}
-    for r in recs:
-        kind = host_kind(r.software) if r.ran else None
-        if kind is not None:
-            out[kind] = out.get(kind, 0) + 1
-    return out
+    return host_kinds(r.software for r in recs if r.ran)
 
 
 def verified_summaries(recs: list[TrialRecord], verl: dict[int, VerlVerdict]) -> dict[int, dict[str, Any]]:

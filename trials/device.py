@@ -6,7 +6,7 @@ import contextlib
 import os
 import platform
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 HALF_DTYPES = ("bfloat16", "float16")
 
@@ -108,6 +108,17 @@ def host_kind(software: Mapping[str, str]) -> str | None:
     usable = software.get("cpu_cores", software["host_cpus"])
     mine = f" ({usable} usable)" if usable != software["host_cpus"] else ""
     return f"{software.get('cpu', 'unknown processor')}, {software['host_cpus']} CPUs{mine}"
+
+
+def host_kinds(softwares: Iterable[Mapping[str, str]], unrecorded: str | None = None) -> dict[str, int]:
+    """How many of the runs' ``softwares`` name each kind of host (``host_kind``), in the
+    order met; those that name none left out, or counted under ``unrecorded``."""
+    out: dict[str, int] = {}
+    for software in softwares:
+        kind = host_kind(software) or unrecorded
+        if kind is not None:
+            out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 def software(device: str, engine: str) -> dict[str, str]:

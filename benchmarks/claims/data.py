@@ -188,13 +188,9 @@ def hosts_clause(trials: list[dict[str, Any]]) -> str:
     """`` (its runs on 2 kinds of host: Intel(R) Xeon(R) Processor, 16 CPUs, 16 runs; ...)``
     where a job's runs came from more than one kind of host (``autotuner.summary.hosts_of``),
     else nothing."""
-    from trials.device import host_kind
+    from trials.device import host_kinds
 
-    kinds: dict[str, int] = {}
-    for t in trials:
-        kind = host_kind(t.get("software") or {}) if t["status"] in MEASURED else None
-        if kind is not None:
-            kinds[kind] = kinds.get(kind, 0) + 1
+    kinds = host_kinds(t.get("software") or {} for t in trials if t["status"] in MEASURED)
     if len(kinds) < 2:
         return ""
     return (

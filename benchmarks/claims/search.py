@@ -22,7 +22,7 @@ from benchmarks.claims.data import (
     times,
 )
 from benchmarks.gpu import report
-from trials.device import host_kind
+from trials.device import host_kinds
 
 LANDSCAPE = "search/landscapes/qwen2.5-1.5b-h200.json"
 SEARCH = "search/results/qwen2.5-1.5b-h200.json"
@@ -343,7 +343,7 @@ def cross_hosts() -> list[Line]:
         found = re.search(r"--repeats (\d+)", doc["command"])  # the recorder's default: 1
         repeats = int(found.group(1)) if found else 1
         total = (doc["design"]["sides"] + len(doc["design"]["held_out"])) * repeats
-        kinds = sorted({host_kind(run["software"]) or "not recorded" for run in runs})
+        kinds = sorted(host_kinds((run["software"] for run in runs), "not recorded"))
         days = sorted({run["started_at"] for run in runs})
         statuses = {
             s: sum(run["status"] == s for run in runs) for s in dict.fromkeys(r["status"] for r in runs)

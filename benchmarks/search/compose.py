@@ -57,7 +57,6 @@ import random
 import shlex
 import statistics
 import sys
-from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -68,7 +67,7 @@ from autotuner.records import config_key
 from autotuner.replay import Landscape, LandscapePoint, throughput
 from autotuner.space import SearchSpace
 from benchmarks.gpu.report import SHORT, knobs
-from trials.device import host_kind
+from trials.device import host_kinds
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 from trials.types import TrialResult
 
@@ -301,9 +300,7 @@ def compose(landscape: Landscape, fixed: dict[str, Any] | None = None) -> tuple[
         else:
             apart += 1
     report = _report(held, base, len(grid), len(sides), len(side_only & side_keys), len(composed), apart)
-    report["hosts"] = dict(
-        Counter(host_kind(r.software) or "not recorded" for p in landscape.points for r in p.runs)
-    )
+    report["hosts"] = host_kinds((r.software for p in landscape.points for r in p.runs), "not recorded")
     report["run_spread"] = {
         "whole": _spread([p for k, p in measured.items() if k not in side_only]),
         "engine_sides": _spread([measured[k] for k in side_only]),

@@ -56,7 +56,6 @@ import socket
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,7 +77,7 @@ from benchmarks.search.compose import (
     make_design,
     parse_fixed,
 )
-from trials.device import host_cpus, host_kind
+from trials.device import host_cpus, host_kind, host_kinds
 from trials.metrics import THROUGHPUT
 from trials.types import BatchDraw
 
@@ -160,8 +159,8 @@ class Ledger:
         kind of host; None where they may (or where ``host`` is None: any host)."""
         if self.host is None:
             return None
-        kinds = Counter(host_kind(run.software) for point in landscape.points for run in point.runs)
-        others = {kind: n for kind, n in kinds.items() if kind is not None and kind != self.host}
+        kinds = host_kinds(run.software for point in landscape.points for run in point.runs)
+        others = {kind: n for kind, n in kinds.items() if kind != self.host}
         if not others:
             return None
         return (
