@@ -70,6 +70,7 @@ from benchmarks.claims.search import (
     LANDSCAPE,
     SEARCH,
     compare_table,
+    cross_host_work,
     cross_hosts,
     landscape_facts,
     search_compare,
@@ -263,6 +264,7 @@ CLAIMS: list[Claim] = [
     Claim("search-h200-shows", search_h200_shows),
     Claim("search-h200-composition", search_h200_composition),
     Claim("search-cross-hosts", cross_hosts),
+    Claim("search-cross-host-work", cross_host_work),
 ]
 
 

@@ -409,5 +409,38 @@ def cross_hosts() -> list[Line]:
     ]
 
 
+# Work every run of the cross design does whatever its config, most of it in Python: importing
+# vLLM in the engine's process, building the actor (a 1.5B model from its config).
+HOST_WORK = (("engine_import_s", "vLLM's import"), ("train_model_build_s", "the actor's build"))
+
+
+def cross_host_work() -> list[Line]:
+    """The seconds each kind of host took for the cross design's config-independent work, run
+    by run: the host's own speed at plain Python work, which a GPU host's rollout and small
+    micro-batches wait on."""
+    rows = []
+    for metric, what in HOST_WORK:
+        per_host = [
+            [
+                run["metrics"][metric]
+                for point in load(rel)["points"]
+                for run in point["runs"]
+                if run["status"] == "ok" and metric in run["metrics"]
+            ]
+            for rel in CROSS_SIDES
+        ]
+        if not all(per_host):
+            continue
+        cells = [f"{statistics.median(v):.1f} ({span(v, '.1f')}; {len(v)})" for v in per_host]
+        small, large = (statistics.median(v) for v in per_host)
+        rows.append(([what, *cells, f"{small / large:.2f}x"], CROSS_SIDES))
+    if not rows:
+        return [Line("No run of either kind of host timed its imports yet.")]
+    return table(
+        ["per run", "16 CPUs: s, median (range; runs)", "32 CPUs: s, median (range; runs)", "16 over 32"],
+        rows,
+    )
+
+
 def _day(started_at: float) -> str:
     return datetime.datetime.fromtimestamp(started_at, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

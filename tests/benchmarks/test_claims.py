@@ -187,3 +187,42 @@ def test_a_finished_jobs_headline_says_when_the_search_first_reached_the_winners
     one = claims.data.job_of(JOB_1P5B)
     assert first_tied(one["trials"], one["summary"], proposed=True) == one["summary"]["best"]
     assert "tie band (trial" not in first.text
+
+
+def _sides_file(path, runs: list[tuple[str, dict[str, float]]]):
+    """A cross design's sides file of one config, with these (status, metrics) runs."""
+    import json
+
+    points = [{"config": {}, "runs": [{"status": s, "metrics": m} for s, m in runs]}]
+    path.write_text(json.dumps({"points": points}))
+    return str(path)
+
+
+def test_the_hosts_plain_python_work_is_each_kinds_ok_runs_median_range_and_count(
+    tmp_path, monkeypatch
+) -> None:
+    """Each kind of host's time for the work every run does whatever its config, from its
+    ok runs only (a failed run's timing is left out); a figure one kind lacks is no row."""
+    from benchmarks.claims import search
+
+    small = _sides_file(
+        tmp_path / "16.json",
+        [
+            ("ok", {"engine_import_s": 5.0, "train_model_build_s": 6.0}),
+            ("ok", {"engine_import_s": 6.0, "train_model_build_s": 7.0}),
+            ("ok", {"engine_import_s": 4.0}),
+            ("oom", {"engine_import_s": 99.0}),
+        ],
+    )
+    large = _sides_file(
+        tmp_path / "32.json", [("ok", {"engine_import_s": 4.0}), ("ok", {"engine_import_s": 4.0})]
+    )
+    monkeypatch.setattr(search, "CROSS_SIDES", (small, large))
+    header, _, row = search.cross_host_work()
+    assert header.text.startswith("| per run | 16 CPUs")
+    assert row.text == "| vLLM's import | 5.0 (4.0-6.0; 3) | 4.0 (4.0; 2) | 1.25x |"
+    assert row.sources == (small, large)
+    monkeypatch.setattr(search, "CROSS_SIDES", (small, _sides_file(tmp_path / "none.json", [])))
+    assert [line.text for line in search.cross_host_work()] == [
+        "No run of either kind of host timed its imports yet."
+    ]
