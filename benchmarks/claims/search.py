@@ -418,17 +418,13 @@ def cross_host_work() -> list[Line]:
     """The seconds each kind of host took for the cross design's config-independent work, run
     by run: the host's own speed at plain Python work, which a GPU host's rollout and small
     micro-batches wait on."""
+    runs = [
+        [run for point in load(rel)["points"] for run in point["runs"] if run["status"] == "ok"]
+        for rel in CROSS_SIDES
+    ]
     rows = []
     for metric, what in HOST_WORK:
-        per_host = [
-            [
-                run["metrics"][metric]
-                for point in load(rel)["points"]
-                for run in point["runs"]
-                if run["status"] == "ok" and metric in run["metrics"]
-            ]
-            for rel in CROSS_SIDES
-        ]
+        per_host = [[run["metrics"][metric] for run in ok if metric in run["metrics"]] for ok in runs]
         if not all(per_host):
             continue
         cells = [f"{statistics.median(v):.1f} ({span(v, '.1f')}; {len(v)})" for v in per_host]
