@@ -172,10 +172,14 @@ def test_vllm_on_a_gpu_loads_the_actors_weights_by_cuda_ipc(tiny_config, vocab_s
     tiny_config = {**tiny_config, "vocab_size": vocab_size}
     spec = make_spec(tiny_config, phases=["rollout"], device="cuda", device_memory_cap_gib=None)
     spec.rollout.gpu_memory_utilization = 0.2
+    # The actor first, as in a trial: with CUDA initialised here, vLLM spawns its engine
+    # process. Started before it, vLLM forks (it sees CUDA uninitialised), and the fork
+    # cannot use CUDA, which ``torch.cuda.is_available()`` above has already touched
+    # ("Cannot re-initialize CUDA in forked subprocess", seen on an H100 on 2026-12-06).
+    actor = _actor(tiny_config, 8, cuda)
     backend = get_backend("vllm")
     try:
         backend.start(spec, "bfloat16")
-        actor = _actor(tiny_config, 8, cuda)
         synced = sync_weights(actor_weights(actor, cuda), backend, 1, cuda)
         after = _engine_params(backend)
     finally:
