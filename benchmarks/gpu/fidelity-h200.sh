@@ -10,7 +10,8 @@
 # PLAN_THEN=cross: once the job has ended, the search benchmark's cross design on the job's GPUs
 # (record-cross.sh), resuming benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides-<N>cpu.json
 # for a host of N CPUs (one landscape per kind of host) where the checkout has it (the landscape
-# poll.sh packed on an earlier host of that kind).
+# poll.sh packed on an earlier host of that kind). RECORD_UNTIL=WHEN: the recorders start no run
+# not expected to end by then (record-cross.sh).
 # usage: setsid nohup bash benchmarks/gpu/fidelity-h200.sh > /tmp/at/logs/plan.out 2>&1 &
 #        then: bash benchmarks/gpu/poll.sh SECONDS (packs $OUT/results.tgz)
 set -uo pipefail

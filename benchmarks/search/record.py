@@ -2,7 +2,7 @@
 
 usage: python -m benchmarks.search.record JOB.yaml OUT.json [--repeats N] [--label TEXT]
                                           [--design cross --held-out K [--base PATH=VALUE ...]]
-                                          [--left] [--any-host]
+                                          [--left] [--any-host] [--until WHEN]
 
 Each grid point (``SearchSpace.grid``: every distinct config verl accepts) runs through
 the tuner's own executor (a Ray task per trial, ``trials.launcher`` in a fresh process,
@@ -38,6 +38,13 @@ its own.
 Each recorder says at its start what is left to record, and what that costs at the median
 wall time of the runs of each kind recorded so far; ``--left`` says so and stops.
 
+``--until WHEN`` (epoch seconds or an ISO 8601 time) starts no run that is not expected to
+end by then: a run is expected to take as long as the longest recorded run of its kind
+(engine side or whole, at its tensor-parallel size), or the job's ``trial_timeout_s`` where
+none is recorded yet. The recorder takes the next config in its order that fits, and stops
+when none does, so a host lent until a known time runs whole trials and is not left with
+one cut off at the end.
+
 The same command records on a GPU host: the job's cluster says where trials run and the
 executor reserves ``tensor_model_parallel_size`` GPUs per trial.
 """
@@ -56,7 +63,7 @@ import socket
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,10 +199,12 @@ def next_config(
     repeats: int,
     skip: set[str],
     seed: int,
+    fits: Callable[[dict[str, Any]], bool] = lambda config: True,
 ) -> dict[str, Any] | None:
     """The config to run next: of those with fewer than ``repeats`` runs, counting the runs
-    claimed by live recorders, the one with the fewest; None when nothing is left for this
-    recorder (``skip``: configs it saw fail on infrastructure). Ties go by the grid shuffled
+    claimed by live recorders, that ``fits`` (the time left, ``--until``), the one with the
+    fewest; None when nothing is left for this recorder (``skip``: configs it saw fail on
+    infrastructure). Ties go by the grid shuffled
     with ``seed``, the same order for every recorder and every resumption: a knob's settings
     then spread over the hosts and hours a long recording runs on, instead of one setting
     per stretch of time, which would confound the knob with the host and the hour."""
@@ -206,9 +215,58 @@ def next_config(
     todo = [
         (runs.get(config_key(c), 0), rank[n], n)
         for n, c in enumerate(grid)
-        if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip
+        if runs.get(config_key(c), 0) < repeats and config_key(c) not in skip and fits(c)
     ]
     return grid[min(todo)[2]] if todo else None
+
+
+def _kind(config: dict[str, Any], base: dict[str, Any] | None) -> tuple[bool, int]:
+    """A run's kind for its wall time: engine side alone or whole, and its GPUs."""
+    side = base is not None and engine_side_only(config, base)
+    return side, int(config.get(R + "tensor_model_parallel_size", 1))
+
+
+def longest_runs(landscape: Landscape) -> dict[tuple[bool, int], float]:
+    """The longest wall time recorded of each kind of run (``_kind``; an engine setting's
+    run recorded whole counts as whole)."""
+    longest: dict[tuple[bool, int], float] = {}
+    for point in landscape.points:
+        gpus = int(point.config.get(R + "tensor_model_parallel_size", 1))
+        for run in point.runs:
+            kind = (bool(run.metrics.get(SIDE_ONLY)), gpus)
+            longest[kind] = max(longest.get(kind, 0.0), run.wall_s)
+    return longest
+
+
+def fits_until(
+    landscape: Landscape, base: dict[str, Any] | None, until: float | None, timeout_s: float, now: float
+) -> Callable[[dict[str, Any]], bool]:
+    """Whether a config's run, started at ``now``, is expected to end by ``until`` (None: no
+    end): it takes as long as the longest recorded run of its kind, else ``timeout_s``."""
+    longest = longest_runs(landscape)
+
+    def fits(config: dict[str, Any]) -> bool:
+        return until is None or now + longest.get(_kind(config, base), timeout_s) <= until
+
+    return fits
+
+
+def parse_until(text: str) -> float:
+    """``--until``'s time as epoch seconds: epoch seconds, or an ISO 8601 time (UTC unless
+    it names its zone)."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: want epoch seconds (date +%s) or an ISO 8601 time such as 2026-12-06T05:10:00Z"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return when.timestamp()
 
 
 def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: dict[str, Any] | None) -> str:
@@ -218,8 +276,7 @@ def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: d
     done = {config_key(p.config): len(p.runs) for p in landscape.points}
     todo: dict[bool, list[int]] = {True: [], False: []}  # engine side? -> each run's GPUs
     for config in grid:
-        side = base is not None and engine_side_only(config, base)
-        gpus = int(config.get(R + "tensor_model_parallel_size", 1))
+        side, gpus = _kind(config, base)
         todo[side] += [gpus] * max(0, repeats - done.get(config_key(config), 0))
     walls: dict[bool, list[float]] = {True: [], False: []}
     for point in landscape.points:
@@ -274,6 +331,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--base", action="append", default=[], metavar="PATH=VALUE")
     parser.add_argument("--left", action="store_true", help="Say what is left to record, and stop.")
+    parser.add_argument(
+        "--until",
+        type=parse_until,
+        default=None,
+        metavar="WHEN",
+        help="Start no run not expected to end by then (epoch seconds or ISO 8601; "
+        "a run takes as long as the longest recorded of its kind).",
+    )
     parser.add_argument(
         "--any-host",
         action="store_true",
@@ -330,11 +395,21 @@ def main(argv: list[str] | None = None) -> int:
     cpus = max(1.0, cluster_resources().get("CPU", 1.0) // spec.budget.max_concurrent_trials)
     executor = RayExecutor(trial_python=settings.trial_python, trial_env=settings.trial_env())
     started, me, skip, n = time.monotonic(), f"{socket.gethostname()}-{os.getpid()}", set(), 0
+    base = design.get("base")
     while True:
         with ledger.locked() as landscape:
             claims = ledger.claims()
-            config = next_config(grid, landscape, claims, args.repeats, skip, spec.seed)
+            fits = fits_until(landscape, base, args.until, spec.budget.trial_timeout_s, time.time())
+            config = next_config(grid, landscape, claims, args.repeats, skip, spec.seed, fits)
             if config is None:
+                if args.until is not None and next_config(
+                    grid, landscape, claims, args.repeats, skip, spec.seed
+                ):
+                    by = datetime.datetime.fromtimestamp(args.until, datetime.timezone.utc)
+                    print(
+                        f"no run left is expected to end by {by:%Y-%m-%d %H:%M:%S} UTC (--until): stopping",
+                        flush=True,
+                    )
                 break
             key = config_key(config)
             claims[f"{me}-{n}"] = {"config": key, "pid": os.getpid(), "host": socket.gethostname()}

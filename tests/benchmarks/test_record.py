@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from autotuner.replay import Landscape, LandscapeError, LandscapePoint
 from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from autotuner.study import config_key
-from benchmarks.search.record import Ledger, next_config
+from benchmarks.search.record import Ledger, fits_until, next_config, parse_until
 from benchmarks.search.record import main as record_main
 from trials.device import host_cpus, host_kind
 from trials.types import TrialResult
@@ -49,11 +50,11 @@ JOB = {
 }
 
 
-def _recorder(job: Path, out: Path, tmp: Path, k: int) -> subprocess.Popen:
+def _recorder(job: Path, out: Path, tmp: Path, k: int, *args: str) -> subprocess.Popen:
     env = dict(os.environ, AUTOTUNER_DATA_DIR=str(tmp / f"data{k}"), AUTOTUNER_RAY_NUM_CPUS="1")
     env.pop("AUTOTUNER_RAY_ADDRESS", None)
     return subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.search.record", str(job), str(out)],
+        [sys.executable, "-m", "benchmarks.search.record", str(job), str(out), *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -170,6 +171,76 @@ def test_a_recording_spreads_each_knobs_settings_over_its_hours() -> None:
     claimed = {"live": {"config": order[0], "pid": os.getpid(), "host": "h"}}
     assert config_key(next_config(grid, fresh(), claimed, 2, set(), 0)) == order[1]
     assert config_key(next_config(grid, fresh(), {}, 2, {order[0], order[1]}, 0)) == order[2]
+
+
+GMU, MB = (
+    "actor_rollout_ref.rollout.gpu_memory_utilization",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu",
+)
+
+
+def test_a_recording_with_an_end_starts_only_runs_expected_to_end_by_then() -> None:
+    spec = parse_job_spec(JOB)
+    base = {GMU: 0.6, MB: 4}
+    grid = [{GMU: g, MB: m} for g in (0.5, 0.6, 0.7) for m in (2, 4)]
+    side, whole = {GMU: 0.5, MB: 4}, {GMU: 0.6, MB: 2}  # an engine side alone; a whole config
+    timed = lambda wall, side_only: TrialResult(  # noqa: E731
+        trial_id=f"t{wall}", status="ok", wall_s=wall, metrics={"engine_side_only": 1.0} if side_only else {}
+    )
+    landscape = Landscape(spec, spec.validate_model(), "cpu", 2.0, "l", "record")
+    # Nothing timed yet: each run may take the trial timeout.
+    assert not fits_until(landscape, base, 1000.0 + 119, 120.0, 1000.0)(side)
+    assert fits_until(landscape, base, 1000.0 + 120, 120.0, 1000.0)(side)
+    assert fits_until(landscape, base, None, 120.0, 1000.0)(whole)  # no end
+    # The longest run of each kind times the next of that kind: an engine side's, or a whole
+    # trial's (an engine setting's run recorded whole among them).
+    landscape.points = [
+        LandscapePoint(side, [timed(150.0, True), timed(180.0, True)]),
+        LandscapePoint({GMU: 0.7, MB: 4}, [timed(400.0, False)]),
+        LandscapePoint(whole, [timed(300.0, False)]),
+    ]
+    fits = fits_until(landscape, base, 1000.0 + 200, 120.0, 1000.0)
+    assert fits({GMU: 0.5, MB: 4}) and fits({GMU: 0.7, MB: 4})  # engine sides: 180 s
+    assert not fits(whole) and not fits(base) and not fits({GMU: 0.7, MB: 2})  # whole: 400 s
+    assert fits_until(landscape, base, 1000.0 + 400, 120.0, 1000.0)(base)
+    # The recorder takes, of the configs with the fewest runs, the first in its order that
+    # fits (here an engine side, where whole configs come first), and none when none fits.
+    start = lambda: Landscape(  # noqa: E731
+        spec,
+        spec.validate_model(),
+        "cpu",
+        2.0,
+        "l",
+        "record",
+        points=[LandscapePoint(side, [timed(180.0, True)])],
+    )
+    order = _recording_order(grid, start(), seed=0, runs=5)  # the configs not yet run
+    first_side = next(k for k in order if json.loads(k)[MB] == 4 and json.loads(k) != base)
+    assert order[0] != first_side
+    assert config_key(next_config(grid, start(), {}, 2, set(), 0, fits)) == first_side
+    assert next_config(grid, start(), {}, 2, set(), 0, lambda c: False) is None
+    # --until takes epoch seconds or an ISO 8601 time, UTC unless it says otherwise.
+    assert parse_until("1796533200") == 1796533200.0
+    assert parse_until("2026-12-06T05:00:00Z") == parse_until("2026-12-06T05:00:00") == 1796533200.0
+    assert parse_until("2026-12-06T06:00:00+01:00") == 1796533200.0
+    with pytest.raises(Exception, match="'tomorrow': want epoch seconds"):
+        parse_until("tomorrow")
+
+
+@pytest.mark.slow
+def test_a_recorder_whose_end_has_come_runs_nothing(tmp_path) -> None:
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps(JOB))
+    out = tmp_path / "landscape.json"
+    # Nothing is timed yet, so each run may take the job's trial timeout (120 s): none fits.
+    done = _recorder(job, out, tmp_path, 1, "--until", f"{time.time() + 60:.0f}")
+    said, _ = done.communicate(timeout=600)
+    assert done.returncode == 0, said
+    assert "(--until): stopping" in said and "this recorder ran 0" in said
+    assert not out.exists()  # nothing recorded
+    bad = _recorder(job, out, tmp_path, 1, "--until", "soon")
+    said, _ = bad.communicate(timeout=120)
+    assert bad.returncode == 2 and "--until: 'soon': want epoch seconds" in said
 
 
 def _on(cpus: str, usable: str | None = None) -> TrialResult:
