@@ -204,10 +204,10 @@ def next_config(
     """The config to run next: of those with fewer than ``repeats`` runs, counting the runs
     claimed by live recorders, that ``fits`` (the time left, ``--until``), the one with the
     fewest; None when nothing is left for this recorder (``skip``: configs it saw fail on
-    infrastructure). Ties go by the grid shuffled
-    with ``seed``, the same order for every recorder and every resumption: a knob's settings
-    then spread over the hosts and hours a long recording runs on, instead of one setting
-    per stretch of time, which would confound the knob with the host and the hour."""
+    infrastructure). Ties go by the grid shuffled with ``seed``, the same order for every
+    recorder and every resumption: a knob's settings then spread over the hosts and hours a
+    long recording runs on, instead of one setting per stretch of time, which would confound
+    the knob with the host and the hour."""
     runs = {config_key(p.config): len(p.runs) for p in landscape.points}
     for claim in claims.values():
         runs[claim["config"]] = runs.get(claim["config"], 0) + 1
