@@ -18,6 +18,7 @@ from autotuner.replay import Landscape, LandscapeError, LandscapePoint
 from autotuner.settings import Settings
 from autotuner.spec import parse_job_spec
 from autotuner.study import config_key
+from benchmarks.search.compose import SIDE_ONLY
 from benchmarks.search.record import Ledger, fits_until, next_config, parse_until
 from benchmarks.search.record import main as record_main
 from trials.device import host_cpus, host_kind
@@ -185,7 +186,7 @@ def test_a_recording_with_an_end_starts_only_runs_expected_to_end_by_then() -> N
     grid = [{GMU: g, MB: m} for g in (0.5, 0.6, 0.7) for m in (2, 4)]
     side, whole = {GMU: 0.5, MB: 4}, {GMU: 0.6, MB: 2}  # an engine side alone; a whole config
     timed = lambda wall, side_only: TrialResult(  # noqa: E731
-        trial_id=f"t{wall}", status="ok", wall_s=wall, metrics={"engine_side_only": 1.0} if side_only else {}
+        trial_id=f"t{wall}", status="ok", wall_s=wall, metrics={SIDE_ONLY: 1.0} if side_only else {}
     )
     landscape = Landscape(spec, spec.validate_model(), "cpu", 2.0, "l", "record")
     # Nothing timed yet: each run may take the trial timeout.
@@ -203,17 +204,13 @@ def test_a_recording_with_an_end_starts_only_runs_expected_to_end_by_then() -> N
     assert fits({GMU: 0.5, MB: 4}) and fits({GMU: 0.7, MB: 4})  # engine sides: 180 s
     assert not fits(whole) and not fits(base) and not fits({GMU: 0.7, MB: 2})  # whole: 400 s
     assert fits_until(landscape, base, 1000.0 + 400, 120.0, 1000.0)(base)
+
     # The recorder takes, of the configs with the fewest runs, the first in its order that
     # fits (here an engine side, where whole configs come first), and none when none fits.
-    start = lambda: Landscape(  # noqa: E731
-        spec,
-        spec.validate_model(),
-        "cpu",
-        2.0,
-        "l",
-        "record",
-        points=[LandscapePoint(side, [timed(180.0, True)])],
-    )
+    def start() -> Landscape:  # one engine side run, the rest to run
+        points = [LandscapePoint(side, [timed(180.0, True)])]
+        return Landscape(spec, spec.validate_model(), "cpu", 2.0, "l", "record", points=points)
+
     order = _recording_order(grid, start(), seed=0, runs=5)  # the configs not yet run
     first_side = next(k for k in order if json.loads(k)[MB] == 4 and json.loads(k) != base)
     assert order[0] != first_side
