@@ -59,6 +59,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from autotuner.baselines import citation, example_baseline
+from autotuner.errors import AutotunerError
 from autotuner.jobs import build_space, memory_cap_gib
 from autotuner.knobs import KNOBS, R
 from autotuner.rules import violations
@@ -446,8 +447,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--profile profiles verl's workers through its trace: give --trace too")
 
     settings = Settings()
-    spec = scaled(load_job_spec(Path(args.job)), args.train_batch_size, args.ppo_mini_batch_size)
-    arch = spec.validate_model()
+    try:
+        spec = scaled(load_job_spec(Path(args.job)), args.train_batch_size, args.ppo_mini_batch_size)
+        arch = spec.validate_model()
+    except AutotunerError as exc:  # the job file: unreadable, or a field it gets wrong
+        parser.error(str(exc))
     try:
         configs = named_configs(spec, args.config, settings, args.set)
     except ValueError as exc:

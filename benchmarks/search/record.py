@@ -67,6 +67,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from autotuner.errors import AutotunerError
 from autotuner.executor import RayExecutor, Resources, cluster_resources, ensure_ray
 from autotuner.jobs import build_space, memory_cap_gib, resolve_device
 from autotuner.knobs import R
@@ -354,10 +355,13 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     settings = get_settings()
-    spec = load_job_spec(args.job)
-    device = resolve_device(spec)
-    cap = memory_cap_gib(spec, device, settings)
-    space = build_space(spec, device, settings)
+    try:
+        spec = load_job_spec(args.job)
+        device = resolve_device(spec)
+        cap = memory_cap_gib(spec, device, settings)
+        space = build_space(spec, device, settings)
+    except AutotunerError as exc:  # the job file: unreadable, or a field it gets wrong
+        parser.error(str(exc))
     grid = space.grid()
     design: dict[str, Any] = {}
     if args.design is None and args.out.exists() and Landscape.load(args.out).design:

@@ -286,3 +286,18 @@ def test_a_landscape_takes_the_runs_of_one_kind_of_host(tmp_path, capsys) -> Non
     assert "2 runs recorded already" in said and "(not here: " in said and "--any-host" in said
     assert record_main([str(job), str(out), "--left", "--any-host"]) == 0
     assert "not here" not in capsys.readouterr().out
+
+
+def test_a_job_file_the_recorder_cannot_use_is_a_clear_error(tmp_path, capsys) -> None:
+    out = tmp_path / "landscape.json"
+    with pytest.raises(SystemExit) as refused:
+        record_main([str(tmp_path / "missing.yaml"), str(out), "--left"])
+    assert refused.value.code == 2
+    assert f"(file): cannot read {tmp_path / 'missing.yaml'}" in capsys.readouterr().err
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({**JOB, "budget": {"max_trials": 0}}))
+    with pytest.raises(SystemExit) as refused:
+        record_main([str(job), str(out), "--left"])
+    said = capsys.readouterr().err
+    assert refused.value.code == 2 and "budget.max_trials" in said and "Traceback" not in said
+    assert not out.exists()
