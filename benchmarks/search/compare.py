@@ -55,7 +55,7 @@ import optuna
 
 from autotuner.memory import MemoryModel
 from autotuner.records import records
-from autotuner.replay import Landscape, ReplayExecutor, throughput
+from autotuner.replay import Landscape, LandscapeError, ReplayExecutor, throughput
 from autotuner.samplers import SAMPLERS, make_sampler
 from autotuner.space import SearchSpace
 from autotuner.spec import JobSpec
@@ -351,7 +351,10 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(strategies) - set(STRATEGIES))
     if unknown:
         parser.error(f"unknown strategies {unknown}; valid: {', '.join(STRATEGIES)}")
-    landscape = Landscape.load(args.landscape)
+    try:
+        landscape = Landscape.load(args.landscape)
+    except LandscapeError as exc:
+        parser.error(str(exc))
     result = compare(
         landscape, strategies, args.seeds, progress=lambda line: print(line, file=sys.stderr, flush=True)
     )

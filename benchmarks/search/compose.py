@@ -64,7 +64,7 @@ from typing import Any
 from autotuner.compose import ACTOR_PHASES, ENGINE_PHASES, side_of
 from autotuner.knobs import KNOBS
 from autotuner.records import config_key
-from autotuner.replay import Landscape, LandscapePoint, throughput
+from autotuner.replay import Landscape, LandscapeError, LandscapePoint, throughput
 from autotuner.space import SearchSpace
 from benchmarks.gpu.report import SHORT, knobs
 from trials.device import host_kinds
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         landscape, report = compose(Landscape.load(args.sides), parse_fixed(args.base))
-    except DesignError as exc:
+    except (DesignError, LandscapeError) as exc:
         parser.error(str(exc))
     print(table(report))
     command = "python -m benchmarks.search.compose " + " ".join(

@@ -17,6 +17,7 @@ from autotuner.records import config_key
 from autotuner.replay import Landscape, LandscapePoint, engine_seconds
 from autotuner.space import SearchSpace
 from benchmarks.search.compare import compare, run_strategy, true_values
+from benchmarks.search.compare import main as compare_main
 from benchmarks.search.compare import table as compare_table
 from benchmarks.search.compose import (
     DesignError,
@@ -301,6 +302,19 @@ def test_missing_sides_are_named(full, space) -> None:
         compose(cut)
     with pytest.raises(SystemExit):
         main([str(H200), "--base", "no.such.knob=1"])
+
+
+def test_a_landscape_file_that_cannot_be_read_is_a_usage_error(tmp_path, capsys) -> None:
+    missing, other = tmp_path / "missing.json", tmp_path / "other.json"
+    other.write_text('{"runs": []}')
+    for cli in (main, compare_main):
+        with pytest.raises(SystemExit) as refused:
+            cli([str(missing)])
+        assert refused.value.code == 2
+        assert f"cannot read landscape {missing}" in capsys.readouterr().err
+        with pytest.raises(SystemExit):
+            cli([str(other)])
+        assert "not a landscape (format None, want 'autotuner-landscape')" in capsys.readouterr().err
 
 
 def test_a_resumed_recording_keeps_its_design_and_refuses_another(full, space, tmp_path) -> None:

@@ -262,3 +262,11 @@ def test_profiles_come_through_verls_trace_so_profile_asks_for_trace(capsys) -> 
             ]
         )
     assert "give --trace too" in capsys.readouterr().err
+
+
+def test_a_job_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(SystemExit) as refused:
+        main(["--job", str(missing), "--config", "defaults", "--out", str(tmp_path / "o")])
+    assert refused.value.code == 2
+    assert f"(file): cannot read {missing}" in capsys.readouterr().err
