@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import numpy as np
 import yaml
@@ -62,8 +62,41 @@ SamplerName = Annotated[  # autotuner.samplers.SAMPLERS
 ]
 
 
+def _takes_bool(annotation: Any) -> bool:
+    """Whether a field of this type may hold true or false (itself or inside)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_takes_bool(arg) for arg in get_args(annotation))
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_stray_bools(cls, data: Any) -> Any:
+        """pydantic reads true as 1: refuse a boolean in a field that takes none (YAML reads
+        yes, no, on and off as booleans), so that ``max_trials: yes`` does not mean 1."""
+        from autotuner.domains import KnobValueError
+
+        if not isinstance(data, dict):
+            return data
+        for name, value in data.items():
+            field = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field is None or _takes_bool(field.annotation):
+                continue
+            if isinstance(value, bool) or (
+                isinstance(value, list) and any(isinstance(v, bool) for v in value)
+            ):
+                what = (
+                    f"{str(value).lower()} is a boolean" if isinstance(value, bool) else "it holds a boolean"
+                )
+                raise KnobValueError(
+                    (name,),
+                    f"{what}, and {name} takes none (YAML reads yes, no, on and off as booleans); "
+                    "write the number itself",
+                )
+        return data
 
 
 # --------------------------------------------------------------------------- lengths
@@ -170,15 +203,65 @@ class LognormalLengths(_Lengths):
         return self.max if self.max is not None else math.inf
 
 
+# The most distinct lengths a ``list`` distribution keeps: a submitted list is stored as its
+# distinct lengths and their counts, so that a dataset's measured lengths (any number of
+# them) cost every read of the job, every trial spec and its page in proportion to these.
+MAX_DISTINCT_LENGTHS = 65_536
+
+
 class ListLengths(_Lengths):
-    """Lengths resampled (with replacement) from an explicit list, e.g. from a real dataset."""
+    """Lengths resampled (with replacement) from an explicit list, e.g. from a real dataset.
+
+    A submitted spec's list is kept as its distinct lengths, ascending, with ``counts``: how
+    often each occurs. A draw is the same either way (``trials.lengths``)."""
 
     kind: Literal["list"] = "list"
-    values: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, max_length=1_000_000)
+    values: list[Annotated[int, Field(ge=1)]] = Field(
+        min_length=1, max_length=1_000_000, description="Lengths, in tokens (repeats count)."
+    )
+    counts: list[Annotated[int, Field(ge=1, le=10**12)]] | None = Field(
+        default=None,
+        max_length=1_000_000,
+        description="How often each of ``values`` occurs (default: once each).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self, info: ValidationInfo) -> ListLengths:
+        counts = self.counts
+        if counts is not None and len(counts) != len(self.values):
+            raise ValueError(
+                f"counts has {len(counts)} entries for {len(self.values)} values; give one count "
+                "per value, or leave counts out to list each length as often as it occurs"
+            )
+        if _stored(info):  # a stored spec is read as it was stored: its draws stay the same
+            return self
+        distinct, inverse = np.unique(np.asarray(self.values, dtype=np.int64), return_inverse=True)
+        if len(distinct) > MAX_DISTINCT_LENGTHS:
+            raise ValueError(
+                f"values holds {len(distinct):,} distinct lengths, more than the "
+                f"{MAX_DISTINCT_LENGTHS:,} a distribution keeps; round them to a coarser grid "
+                "(e.g. multiples of 8 tokens)"
+            )
+        if counts is None:
+            merged = np.bincount(inverse, minlength=len(distinct))
+        else:
+            merged = np.zeros(len(distinct), dtype=np.int64)
+            np.add.at(merged, inverse, np.asarray(counts, dtype=np.int64))
+        if int(merged.sum()) > 2**53:
+            raise ValueError("counts add up to more than 2**53; divide them by a common factor")
+        object.__setattr__(self, "values", [int(v) for v in distinct])  # frozen: set once, here
+        object.__setattr__(self, "counts", [int(c) for c in merged])
+        return self
 
     def _quantiles(self, u: np.ndarray) -> Any:
-        ordered = np.sort(np.asarray(self.values))
-        return ordered[np.minimum((u * len(ordered)).astype(int), len(ordered) - 1)]
+        values = np.asarray(self.values)
+        if self.counts is None:  # stored before lists were kept by their distinct lengths
+            ordered = np.sort(values)
+            return ordered[np.minimum((u * len(ordered)).astype(int), len(ordered) - 1)]
+        order = np.argsort(values, kind="stable")
+        ends = np.cumsum(np.asarray(self.counts, dtype=np.int64)[order])
+        at = np.minimum((u * ends[-1]).astype(np.int64), ends[-1] - 1)
+        return values[order][np.searchsorted(ends, at, side="right")]
 
     def upper_bound(self) -> float:
         return max(self.values)
@@ -315,6 +398,8 @@ class Workload(_Model):
 
     model: str = Field(
         default="tiny",
+        min_length=1,
+        max_length=4096,  # PATH_MAX: a longer path names no file
         description="A built-in model name (see `autotuner models`) or a path to an HF config.json.",
     )
     dtype: Literal["bfloat16", "float16", "float32"] = Field(
@@ -410,7 +495,7 @@ class Cluster(_Model):
     nnodes: int = Field(default=1, ge=1, le=1024, description="trainer.nnodes.")
     device_memory_gib: float | None = Field(
         default=None,
-        gt=0,
+        ge=0.0625,  # 64 MiB: less holds no model and no engine
         le=4096,
         description="Memory of one device (GiB); on cuda the GPU's own when unset, on cpu a cap "
         "enforced on each trial (default 8).",
@@ -659,36 +744,42 @@ class JobSpec(_Model):
 
         unknown = sorted(set(self.search) - set(KNOBS))
         if unknown:
-            raise ValueError(
+            raise KnobValueError(
+                ("search", unknown[0]),
                 f"unknown knob(s) in search: {', '.join(unknown)}; valid knobs are: "
-                + ", ".join(sorted(KNOBS))
+                + ", ".join(sorted(KNOBS)),
             )
         for name, config in self.baselines.items():
             bad = sorted(set(config) - set(KNOBS))
             if bad:
-                raise ValueError(
+                raise KnobValueError(
+                    ("baselines", name, bad[0]),
                     f"baselines.{name} names unknown knob(s) {', '.join(bad)}; "
-                    "use knob paths from the search space"
+                    "use knob paths from the search space",
                 )
         if not _stored(info):
             check_spec_values(self)
         metrics = [o.metric for o in self.objectives]
         if len(set(metrics)) != len(metrics):
-            raise ValueError(f"objectives repeat a metric ({metrics}); list each metric once")
+            raise KnobValueError(
+                ("objectives",), f"objectives repeat a metric ({metrics}); list each metric once"
+            )
         w, c = self.workload, self.cluster
         if c.device == "cpu" and self.budget.verify_in_verl:
             raise KnobValueError(
                 ("budget", "verify_in_verl"), VERIFY_ON_CPU.format(n=self.budget.verify_in_verl)
             )
         if (w.train_batch_size * w.n) % c.world_size:
-            raise ValueError(
+            raise KnobValueError(
+                ("workload", "train_batch_size"),
                 f"train_batch_size*n ({w.train_batch_size}*{w.n}) must be divisible by the number of "
-                f"GPUs ({c.world_size}) (verl rule S1); change train_batch_size or n"
+                f"GPUs ({c.world_size}) (verl rule S1); change train_batch_size or n",
             )
         if (w.ppo_mini_batch_size * w.n) % c.world_size:
-            raise ValueError(
+            raise KnobValueError(
+                ("workload", "ppo_mini_batch_size"),
                 f"ppo_mini_batch_size*n ({w.ppo_mini_batch_size}*{w.n}) must be divisible by the "
-                f"number of GPUs ({c.world_size}) (verl rule R7); change ppo_mini_batch_size"
+                f"number of GPUs ({c.world_size}) (verl rule R7); change ppo_mini_batch_size",
             )
         return self
 

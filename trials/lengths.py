@@ -58,7 +58,13 @@ def _raw(dist: dict[str, Any], count: int, rng: np.random.Generator) -> Any:
         raw = rng.lognormal(math.log(dist["median"]), dist.get("sigma", 0.6), size=count)
         return np.clip(raw, dist.get("min", 1), dist.get("max") or np.inf)
     if kind == "list":
-        return rng.choice(np.asarray(dist["values"]), size=count, replace=True)
+        values, counts = np.asarray(dist["values"]), dist.get("counts")
+        if counts is None:
+            return rng.choice(values, size=count, replace=True)
+        # Each value as often as it counts, in the values' order: the same draw as
+        # rng.choice over the list written out (an index drawn over its whole length).
+        ends = np.cumsum(np.asarray(counts, dtype=np.int64))
+        return values[np.searchsorted(ends, rng.integers(0, ends[-1], size=count), side="right")]
     raise InvalidTrialSpec(
         f"unknown length distribution kind {kind!r}; use fixed, uniform, normal, lognormal or list"
     )

@@ -212,7 +212,10 @@ class JobPublic(BaseModel):
         "one kind: configs measured on different kinds compare across hosts, whose speeds can "
         "differ.",
     )
-    spec: dict[str, Any]
+    spec: dict[str, Any] | None = Field(
+        description="The job spec as stored (validated; a list of lengths kept as its distinct "
+        "lengths and their counts). A listing of jobs leaves it out (null): GET the job for it."
+    )
 
     @classmethod
     def of(
@@ -225,8 +228,11 @@ class JobPublic(BaseModel):
         spec: JobSpec | None = None,
         picked_by: str = "trials",
         verl: dict[int, dict[str, Any]] | None = None,
+        listed: bool = False,
     ) -> JobPublic:
-        """The job; with its ``spec``, its noise and its baselines against the winner too."""
+        """The job; with its ``spec``, its noise and its baselines against the winner too.
+        ``listed``: as a listing shows it, without the stored spec (whose size is the
+        submitter's)."""
         now = now or datetime.now(timezone.utc)
         done = sum(1 for r in records if r.measured)
         elapsed = None
@@ -290,7 +296,7 @@ class JobPublic(BaseModel):
             first_tied_proposed=own,
             gpu_seconds_to_tie_proposed=cost_to_own,
             hosts=hosts,
-            spec=json.loads(job.spec_json),
+            spec=None if listed else json.loads(job.spec_json),
         )
 
 

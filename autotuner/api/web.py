@@ -56,6 +56,8 @@ CSP = (
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 ACTIVE = ("queued", "running")
+# libyaml's emitter where PyYAML has it: a spec's page shows its stored lists whole.
+SPEC_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=HERE / "templates")
@@ -145,7 +147,7 @@ def job_page(request: Request, job_id: str) -> Response:
             "table": trials_table(view.records, {r.number for r in pareto}, view.verified),
             "figure": figure(view.spec, view.records, pareto, cap),
             "summary": summarize(view.spec, view.records, view.job.stop_reason or "", view.verl),
-            "spec_yaml": yaml.safe_dump(json.loads(view.job.spec_json), sort_keys=False),
+            "spec_yaml": yaml.dump(json.loads(view.job.spec_json), Dumper=SPEC_DUMPER, sort_keys=False),
             "active": view.job.status in ACTIVE,
         },
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 from fastapi.testclient import TestClient
 
 from autotuner.api.app import create_app
@@ -44,6 +45,16 @@ INVALID_JOBS = {
         _with("search", **{R + "max_num_sequences": 8}),
         ["body", "search", R + "max_num_sequences"],
         "unknown knob",
+    ),
+    "unknown knob in a baseline": (
+        {**train_job(), "baselines": {"mine": {R + "max_num_sequences": 8}}},
+        ["body", "baselines", "mine", R + "max_num_sequences"],
+        "use knob paths from the search space",
+    ),
+    "repeated objective": (
+        {**train_job(), "objectives": [{"metric": "step_time_s"}, {"metric": "step_time_s"}]},
+        ["body", "objectives"],
+        "list each metric once",
     ),
     "impossible range": (
         _with("search", **{MB: {"low": 5, "high": 7}}),
@@ -151,6 +162,13 @@ def test_unparsable_and_odd_bodies(api) -> None:
     _assert_names(post("{not json"), ["body"], "invalid JSON")
     _assert_names(post("a: [1, 2", "application/yaml"), ["body"], "invalid YAML")
     _assert_names(post("- 1\n- 2\n", "text/yaml"), ["body"], "mapping")
+    # A key given twice: YAML forbids it, and keeping the last value would drop the first.
+    twice = yaml.safe_dump(train_job()) + "search: {}\n"
+    _assert_names(post(twice, "application/yaml"), ["body"], "found key 'search' twice")
+    budget = json.dumps(_with("budget", max_trials=2)).replace(
+        '"max_trials": 2', '"max_trials": 2, "max_trials": 3'
+    )
+    _assert_names(post(budget), ["body"], "names the key 'max_trials' twice; a key given twice keeps only")
     _assert_names(post(""), ["body"], "empty")
     _assert_names(post(b"\xff\xfe{}"), ["body"], "UTF-8")
     nan = json.dumps(_with("budget", max_minutes=1)).replace('"max_minutes": 1', '"max_minutes": NaN')

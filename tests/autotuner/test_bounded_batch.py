@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 import tracemalloc
+from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -71,7 +72,9 @@ def test_a_trial_spec_carries_the_distributions_not_a_list_per_request() -> None
     for data in sent.values():
         for key in ("prompt_lengths", "response_lengths", "train_prompt_lengths", "train_response_lengths"):
             assert data[key] == []
-        assert data["batch"]["response_length"]["values"] == MEASURED
+        # The measured lengths as the spec keeps them: each distinct length and its count.
+        sent_lengths = data["batch"]["response_length"]
+        assert dict(zip(sent_lengths["values"], sent_lengths["counts"], strict=True)) == Counter(MEASURED)
     assert sent["largest"]["batch"]["train_sequences"] == MAX_REQUESTS_PER_STEP
     # What goes over does not grow with the step: only the counts' digits differ.
     size = {name: len(json.dumps(data)) for name, data in sent.items()}

@@ -8,13 +8,17 @@ import pytest
 from autotuner.errors import SpecError, UnknownModelError
 from autotuner.samplers import SAMPLERS
 from autotuner.spec import (
+    MAX_DISTINCT_LENGTHS,
+    STORED,
     JobSpec,
+    ListLengths,
     LognormalLengths,
     NormalLengths,
     load_job_spec,
     parse_job_spec,
     resolve_model,
 )
+from autotuner.yamlload import load_spec_yaml
 from trials.rollout import BACKENDS
 
 
@@ -63,7 +67,21 @@ def test_yaml_file_loads(tmp_path) -> None:
             "workload",
             "raise max_prompt_length",
         ),
-        ({"search": {"actor_rollout_ref.rollout.gpu_mem": 0.5}}, "(job)", "valid knobs are"),
+        (
+            {"search": {"actor_rollout_ref.rollout.gpu_mem": 0.5}},
+            "search.actor_rollout_ref.rollout.gpu_mem",
+            "valid knobs are",
+        ),
+        (
+            {"baselines": {"mine": {"foo.bar": 1}}},
+            "baselines.mine.foo.bar",
+            "use knob paths from the search space",
+        ),
+        (
+            {"objectives": [{"metric": "step_time_s"}, {"metric": "step_time_s"}]},
+            "objectives",
+            "list each metric once",
+        ),
         (
             {"search": {"actor_rollout_ref.rollout.max_num_seqs": {"low": 9, "high": 2}}},
             "search.actor_rollout_ref.rollout.max_num_seqs",
@@ -71,7 +89,7 @@ def test_yaml_file_loads(tmp_path) -> None:
         ),
         (
             {"cluster": {"n_gpus_per_node": 3}, "workload": {"train_batch_size": 256}},
-            "(job)",
+            "workload.train_batch_size",
             "(verl rule S1)",
         ),
         ({"budget": {"max_trials": 0}}, "budget.max_trials", "greater than or equal to 1"),
@@ -89,6 +107,22 @@ def test_yaml_file_loads(tmp_path) -> None:
             {"workload": {"max_prompt_length": 4000, "max_response_length": 4000}},
             "workload.max_response_length",
             "max_position_embeddings",
+        ),
+        (
+            {"cluster": {"device_memory_gib": 1e-308}},
+            "cluster.device_memory_gib",
+            "greater than or equal to 0.0625",
+        ),
+        ({"workload": {"model": "m" * 5000}}, "workload.model", "at most 4096 characters"),
+        (
+            {"budget": {"max_trials": True}},
+            "budget.max_trials",
+            "true is a boolean, and max_trials takes none",
+        ),
+        (
+            {"workload": {"response_length": {"kind": "list", "values": [300, False]}}},
+            "workload.response_length.list.values",
+            "it holds a boolean, and values takes none",
         ),
         ({"unknown_top_level": 1}, "unknown_top_level", "Extra inputs are not permitted"),
         ([1, 2], "(job)", "mapping"),
@@ -108,6 +142,18 @@ def test_unreadable_file_is_a_spec_error(tmp_path) -> None:
         load_job_spec(bad)
     with pytest.raises(SpecError, match="cannot read"):
         load_job_spec(tmp_path / "missing.yaml")
+
+
+def test_a_key_given_twice_in_a_spec_file_is_refused_with_its_line(tmp_path) -> None:
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: first\nbudget:\n  max_trials: 4\nname: second\n")
+    with pytest.raises(SpecError, match=r"(?s)found key 'name' twice; .*line 4"):
+        load_job_spec(spec)
+    # A merge key's values may be overridden: that is what it is for.
+    assert load_spec_yaml("b: &b {max_trials: 4, max_minutes: 9}\nbudget:\n  <<: *b\n  max_trials: 6\n") == {
+        "b": {"max_trials": 4, "max_minutes": 9},
+        "budget": {"max_trials": 6, "max_minutes": 9},
+    }
 
 
 def test_model_from_a_config_path(tmp_path) -> None:
@@ -150,6 +196,56 @@ def test_length_draws_respect_caps_and_are_seeded() -> None:
     normal = NormalLengths(mean=300, std=80, min=10).draw(5000, np.random.default_rng(2), cap=512)
     assert min(normal) >= 10 and max(normal) <= 512
     assert 290 < float(np.mean(normal)) < 310
+
+
+def test_a_list_of_lengths_is_kept_as_its_distinct_lengths_and_draws_as_the_list_did() -> None:
+    measured = [int(v) for v in np.random.default_rng(3).lognormal(np.log(400), 0.7, 200_000).clip(1, 4096)]
+    spec = parse_job_spec(
+        {
+            "workload": {
+                "response_length": {"kind": "list", "values": measured},
+                "max_response_length": 3072,
+            }
+        }
+    )
+    kept = spec.workload.response_length
+    assert isinstance(kept, ListLengths) and kept.counts is not None
+    assert kept.values == sorted(set(measured)) and sum(kept.counts) == len(measured)
+    assert dict(zip(kept.values, kept.counts, strict=True))[400] == measured.count(400)
+    # The same lengths as the list written out, in order (as read back from before lists
+    # were kept this way): the same draws, the same quantiles.
+    written_out = ListLengths.model_validate({"values": sorted(measured)}, context=STORED)
+    assert written_out.counts is None and len(written_out.values) == len(measured)
+    assert kept.draw(4096, np.random.default_rng(9), 3000) == written_out.draw(
+        4096, np.random.default_rng(9), 3000
+    )
+    u = np.random.default_rng(4).random(1000)
+    assert (kept.quantiles(u, 3000) == written_out.quantiles(u, 3000)).all()
+    # The stored spec reads back as stored, and submitting it again keeps it.
+    stored = JobSpec.model_validate_json(spec.model_dump_json(), context=STORED)
+    assert stored.workload.response_length == kept
+    assert parse_job_spec(spec.model_dump(mode="json")).workload.response_length == kept
+    merged = ListLengths(values=[9, 3, 9], counts=[2, 5, 1])
+    assert (merged.values, merged.counts) == ([3, 9], [5, 3])
+
+
+@pytest.mark.parametrize(
+    ("lengths", "hint"),
+    [
+        ({"values": [5, 6], "counts": [1]}, "counts has 1 entries for 2 values; give one count per value"),
+        ({"values": [5], "counts": [0]}, "greater than or equal to 1"),
+        ({"values": list(range(1, 9101)), "counts": [10**12] * 9100}, "counts add up to more than 2**53"),
+        (
+            {"values": list(range(1, MAX_DISTINCT_LENGTHS + 2))},
+            f"{MAX_DISTINCT_LENGTHS + 1:,} distinct lengths, more than the {MAX_DISTINCT_LENGTHS:,}",
+        ),
+    ],
+)
+def test_a_list_of_lengths_it_cannot_keep_names_the_field_and_the_fix(lengths, hint) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_job_spec({"workload": {"prompt_length": {"kind": "list", **lengths}}})
+    assert info.value.field.startswith("workload.prompt_length"), str(info.value)
+    assert hint in str(info.value)
 
 
 @pytest.mark.parametrize(

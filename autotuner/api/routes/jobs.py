@@ -55,10 +55,17 @@ def _service(request: Request) -> JobService:
 Service = Annotated[JobService, Depends(_service)]
 
 
-def _public(request: Request, view: JobView) -> JobPublic:
+def _public(request: Request, view: JobView, listed: bool = False) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
     return JobPublic.of(
-        view.job, url, view.records, view.best, spec=view.spec, picked_by=view.picked_by, verl=view.verified
+        view.job,
+        url,
+        view.records,
+        view.best,
+        spec=view.spec,
+        picked_by=view.picked_by,
+        verl=view.verified,
+        listed=listed,
     )
 
 
@@ -97,9 +104,9 @@ async def submit_job(
 def list_jobs(
     request: Request, service: Service, status: JobStatus | None = None, offset: Offset = 0, limit: Limit = 50
 ) -> Page[JobPublic]:
-    """Jobs, newest first."""
+    """Jobs, newest first, each without its spec (GET the job for it)."""
     views, count = service.list_jobs(status, offset, limit)
-    return Page[JobPublic](data=[_public(request, v) for v in views], count=count)
+    return Page[JobPublic](data=[_public(request, v, listed=True) for v in views], count=count)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
