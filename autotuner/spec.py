@@ -804,12 +804,18 @@ def error_loc(err: Any) -> list[str | int]:
     return [*loc, *getattr(cause, "loc", ())]
 
 
+def error_msg(err: Any) -> str:
+    """A pydantic error item's message, with the fix where pydantic's own lacks one."""
+    if err["type"] == "int_parsing_size":  # e.g. 1e308 where a count is due
+        return "a number too large for this whole-number field; give one within its bounds"
+    return str(err["msg"]).removeprefix("Value error, ")
+
+
 def _format_validation_error(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in error_loc(err))
-        msg = err["msg"].removeprefix("Value error, ")
-        lines.append(f"{loc or '(job)'}: {msg}")
+        lines.append(f"{loc or '(job)'}: {error_msg(err)}")
     return "; ".join(lines)
 
 

@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import exc as sa_exc
 
 from autotuner.errors import AutotunerError, ExportError, JobBusyError, SpecError
-from autotuner.spec import error_loc
+from autotuner.spec import error_loc, error_msg
 from autotuner.verl_check import VerlRejectedError
 from storage import (
     DatabaseUnavailableError,
@@ -84,9 +84,7 @@ class InvalidInputError(AutotunerError):
         items = []
         for err in exc.errors(include_url=False, include_input=False):
             loc = error_loc(err)
-            items.append(
-                {"loc": [*prefix, *loc], "msg": err["msg"].removeprefix("Value error, "), "type": err["type"]}
-            )
+            items.append({"loc": [*prefix, *loc], "msg": error_msg(err), "type": err["type"]})
         return cls(items)
 
 

@@ -119,6 +119,7 @@ def test_yaml_file_loads(tmp_path) -> None:
             "budget.max_trials",
             "true is a boolean, and max_trials takes none",
         ),
+        ({"budget": {"max_trials": 1e308}}, "budget.max_trials", "too large for this whole-number field"),
         (
             {"workload": {"response_length": {"kind": "list", "values": [300, False]}}},
             "workload.response_length.list.values",
