@@ -94,7 +94,7 @@ class _Model(BaseModel):
                 raise KnobValueError(
                     (name,),
                     f"{what}, and {name} takes none (YAML reads yes, no, on and off as booleans); "
-                    "write the number itself",
+                    "write the value itself",
                 )
         return data
 
