@@ -258,10 +258,9 @@ class ListLengths(_Lengths):
         if self.counts is None:  # stored before lists were kept by their distinct lengths
             ordered = np.sort(values)
             return ordered[np.minimum((u * len(ordered)).astype(int), len(ordered) - 1)]
-        order = np.argsort(values, kind="stable")
-        ends = np.cumsum(np.asarray(self.counts, dtype=np.int64)[order])
+        ends = np.cumsum(np.asarray(self.counts, dtype=np.int64))  # values ascend (_distinct)
         at = np.minimum((u * ends[-1]).astype(np.int64), ends[-1] - 1)
-        return values[order][np.searchsorted(ends, at, side="right")]
+        return values[np.searchsorted(ends, at, side="right")]
 
     def upper_bound(self) -> float:
         return max(self.values)

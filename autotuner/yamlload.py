@@ -78,10 +78,11 @@ class DuplicateKeyError(ValueError):
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document = dict(pairs)
-    if len(document) < len(pairs):
-        twice = next(k for i, (k, _) in enumerate(pairs) if any(k == other for other, _ in pairs[:i]))
-        raise DuplicateKeyError(f"an object names the key {twice!r} twice; {TWICE}")
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            raise DuplicateKeyError(f"an object names the key {key!r} twice; {TWICE}")
+        document[key] = value
     return document
 
 
