@@ -2,8 +2,9 @@
 through a long set-up (held open by AUTOTUNER_SETUP_GATE for as long as the test needs, not
 a timed race), and a runner that loses its job stops without recording anything for it.
 
-Orphan windows are short here (5 s, heartbeat every 1 s): without the heartbeat thread the
-held set-up would be requeued as an orphan within seconds."""
+Orphan windows are short here (10 s, heartbeat every 1 s): without the heartbeat thread the
+held set-up would be requeued as an orphan within 15 s. Not shorter: in a full run of the
+suite on 2 cores (2026-12-06), a live runner's heartbeat once came more than 5 s late."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from storage.models import JobRow
 
 from .conftest import TOKEN, Server, submit, train_job, trials_of, wait_for
 
-ORPHAN_AFTER_S = 5.0
+ORPHAN_AFTER_S = 10.0
 FAST_OWNERSHIP = {"AUTOTUNER_ORPHAN_AFTER_S": str(ORPHAN_AFTER_S), "AUTOTUNER_HEARTBEAT_S": "1"}
 
 
@@ -63,12 +64,12 @@ def test_a_job_held_in_a_long_set_up_runs_once_on_two_services(tmp_path, postgre
             job_id = submit(api, train_job(name="held", budget={"max_trials": 2}))
             running = wait_for(api, job_id, lambda j: j["status"] == "running", 60, "running")
             owner = _row(postgres_url, job_id).runner_id
-            # The set-up is held for four orphan windows, with both services checking for
-            # orphans every 2.5 s: the job stays its first runner's, heartbeat after heartbeat.
-            seen = _held_through(postgres_url, job_id, 4 * ORPHAN_AFTER_S)
+            # The set-up is held for two orphan windows, with both services checking for
+            # orphans every 5 s: the job stays its first runner's, heartbeat after heartbeat.
+            seen = _held_through(postgres_url, job_id, 2 * ORPHAN_AFTER_S)
             assert {(r.status, r.runner_id) for r in seen} == {("running", owner)}, seen
             beats = sorted({r.heartbeat_at for r in seen if r.heartbeat_at is not None})
-            assert len(beats) >= 3 * ORPHAN_AFTER_S, beats  # about one a second
+            assert len(beats) >= ORPHAN_AFTER_S, beats  # about one a second
             assert running["trials_done"] == 0 and all(r.trials_done == 0 for r in seen)
             gate.touch()
             job = wait_for(api, job_id, lambda j: j["status"] in ("succeeded", "failed", "cancelled"), 300)
