@@ -54,9 +54,7 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
         if media in JSON_TYPES:
             return load_spec_json(text)
         return load_spec_yaml(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidInputError.at(["body"], f"invalid JSON: {exc}", "json_invalid") from None
-    except DuplicateKeyError as exc:
+    except (json.JSONDecodeError, DuplicateKeyError) as exc:
         raise InvalidInputError.at(["body"], f"invalid JSON: {exc}", "json_invalid") from None
     except yaml.YAMLError as exc:
         raise InvalidInputError.at(["body"], f"invalid YAML: {exc}", "yaml_invalid") from None
