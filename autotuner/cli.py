@@ -437,7 +437,7 @@ def _engine_importable(module: str, python: str, env: dict[str, str] | None = No
 
 def _doctor_verl(settings: Settings) -> None:
     """verl's own environment (``trials.verl``): optional, it only verifies configs in verl."""
-    python = settings.verl_python() or sys.executable
+    python = settings.verl_python()
     pythonpath = settings.engine_pythonpath.get(VERL)
     good, detail = _engine_importable("verl", python, {"PYTHONPATH": pythonpath} if pythonpath else None)
     where = f"{python}, PYTHONPATH={pythonpath}" if pythonpath else python

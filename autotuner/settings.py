@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 from functools import cache
 from pathlib import Path
 
 import platformdirs
 from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# The Python of verl's own environment as ``scripts/setup.sh`` makes it, beside this package.
+SETUP_VERL_PYTHON = Path(__file__).resolve().parent.parent / ".venv-verl" / "bin" / "python"
 
 
 def _is_loopback(host: str) -> bool:
@@ -174,16 +178,18 @@ class Settings(BaseSettings):
         """The Python that runs trials of ``engine`` (None: the tuner's own)."""
         return self.engine_python.get(engine) or self.trial_python
 
-    def verl_python(self) -> str | None:
+    def verl_python(self) -> str:
         """The Python of verl's environment (``trials.verl``): ``AUTOTUNER_ENGINE_PYTHON__VERL``,
         else the one ``scripts/setup.sh`` makes (``.venv-verl`` beside this package) when it
-        exists, else None (verl is then looked for with ``trial_python``'s environment)."""
+        exists, else ``trial_python``, else the tuner's own (verl installed beside it, or put
+        on ``AUTOTUNER_ENGINE_PYTHONPATH__VERL``). Whether verl is there is the caller's check
+        (``autotuner.verification.verl_environment``)."""
         from trials.verl import VERL
 
         if VERL in self.engine_python:
             return self.engine_python[VERL]
-        made = Path(__file__).resolve().parent.parent / ".venv-verl" / "bin" / "python"
-        return str(made) if made.exists() else self.trial_python
+        made = SETUP_VERL_PYTHON
+        return str(made) if made.exists() else self.trial_python or sys.executable
 
     def trial_env_for(self, engine: str) -> dict[str, str]:
         """``trial_env`` plus, where one is set, the engine's own ``PYTHONPATH``."""

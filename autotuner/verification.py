@@ -18,7 +18,6 @@ is killed and recorded ``timeout``.
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -65,7 +64,7 @@ class Launch(Protocol):
 def verl_environment(settings: Settings) -> str | None:
     """The Python of verl's environment when it finds verl (``Settings.verl_python``), else None."""
     python = settings.verl_python()
-    if python is None or engine_importable(VERL, python, settings.trial_env_for(VERL)) is not None:
+    if engine_importable(VERL, python, settings.trial_env_for(VERL)) is not None:
         return None
     return python
 
@@ -321,7 +320,7 @@ def job_verification(
     runner = VerlRunner(
         spec,
         arch,
-        python=verl_environment(settings) or settings.verl_python() or sys.executable,
+        python=verl_environment(settings) or settings.verl_python(),
         cache_dir=settings.data_dir / "verl-cache",
         env=settings.trial_env_for(VERL),
         launch=launch,

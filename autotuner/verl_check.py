@@ -70,20 +70,13 @@ class VerlChecker:
         self.settings = settings
         self._lock = threading.Lock()
         self._verdicts: dict[str, VerlVerdict] = {}
-        self._python: tuple[str | None, str | None, str] | None = None
+        self._python: tuple[str, str | None, str] | None = None
 
-    def environment(self) -> tuple[str | None, str | None, str]:
+    def environment(self) -> tuple[str, str | None, str]:
         """(verl's Python, its verl version, why not) once per checker."""
         if self._python is None:
             python = self.settings.verl_python()
-            if python is None:
-                self._python = (
-                    None,
-                    None,
-                    "no verl environment: run scripts/setup.sh or set AUTOTUNER_ENGINE_PYTHON__VERL",
-                )
-            else:
-                self._python = (python, *_version(python, self._env()))
+            self._python = (python, *_version(python, self._env()))
         return self._python
 
     def check(self, spec: JobSpec, arch: ModelArch, config: dict[str, Any]) -> VerlVerdict:
@@ -103,7 +96,7 @@ class VerlChecker:
 
     def _verdict(self, spec: JobSpec, arch: ModelArch, config: dict[str, Any]) -> VerlVerdict:
         python, version, reason = self.environment()
-        if python is None or version is None:
+        if version is None:
             return VerlVerdict(None, reason=reason)
         device: Literal["cuda", "cpu"] = "cpu" if spec.cluster.device == "cpu" else "cuda"
         run = verl_run_spec(spec, arch, config, "export-check", device=device, steps=CHECK_STEPS)
@@ -142,7 +135,10 @@ def _version(python: str, env: dict[str, str]) -> tuple[str | None, str]:
         return None, f"cannot run verl's Python: {type(exc).__name__}"
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return None, f"verl is not importable in its environment ({last[:200]})"
+        return None, (
+            f"verl is not importable in its environment ({last[:200]}); run scripts/setup.sh or set "
+            "AUTOTUNER_ENGINE_PYTHON__VERL"
+        )
     return done.stdout.strip().splitlines()[-1], ""
 
 

@@ -3,8 +3,8 @@
 # that run-studies.sh / scale-out-x4.sh / verl-h200.sh / verl-lanes.sh started has exited,
 # then pack into $OUT/results.tgz each job's trials as JSON (dump_results) with a copy of its
 # SQLite database and the commands that ran it (<name>.command, which STUDY_RESUME reads),
-# the landscapes, the SGLang smoke summaries, the probes' reports, the
-# profiles of `verl_compare --profile /tmp/at/profiles`, the logs
+# the landscapes, the GPU tests' job databases (gpu-tests.sh), the SGLang smoke summaries,
+# the probes' reports, the profiles of `verl_compare --profile /tmp/at/profiles`, the logs
 # and plan outputs (those under 2 MiB), and each verl run's folder so far (metrics.jsonl,
 # trace/, arrivals.json and the end of verl.log: what `verl_compare recover` rebuilds a run
 # cut off with its host from); show the logs' tails. Safe to call while they run: it packs
@@ -46,6 +46,11 @@ for r in /tmp/verl-*/run; do
   mkdir -p "$dest/trace" && cp "$r/metrics.jsonl" "$dest/" && cp "$r"/trace/*.jsonl "$dest/trace/" 2>/dev/null
   cp "$r/arrivals.json" "$dest/" 2>/dev/null
   tail -c 2000000 "$r/verl.log" > "$dest/verl.log" 2>/dev/null
+done
+# the jobs of GPU tests (gpu-tests.sh): each test's SQLite database, named by its test folder
+for db in /tmp/pytest-of-*/pytest-*/*/data/autotuner.db; do
+  name=$(basename "$(dirname "$(dirname "$db")")")
+  mkdir -p "$pack/gpu-tests" && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" "$db" "$pack/gpu-tests/$name.db"
 done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
 find /tmp/at /tmp/at-record \( -name '*.log' -o -name '*.out' \) -size -2M -print0 2>/dev/null |

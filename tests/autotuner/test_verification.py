@@ -99,6 +99,29 @@ def test_a_gpu_job_verifies_two_when_verls_environment_is_found(
     assert resolve_verify_in_verl(parse_job_spec(_job(verify_in_verl=0)), "cuda", Settings()) == 0
 
 
+def test_verl_installed_beside_the_tuner_is_found_without_a_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GPU host where verl sits beside the tuner (no ``.venv-verl``, no verl or trial
+    Python set): the tuner's own Python is verl's, so a job there verifies by default and
+    its trials time verl's cut of their batch."""
+    import autotuner.settings
+
+    monkeypatch.setattr(autotuner.settings, "SETUP_VERL_PYTHON", tmp_path / "no-venv" / "bin" / "python")
+    monkeypatch.delenv("AUTOTUNER_ENGINE_PYTHON__VERL", raising=False)
+    monkeypatch.delenv("AUTOTUNER_TRIAL_PYTHON", raising=False)
+    monkeypatch.setenv("AUTOTUNER_ENGINE_PYTHONPATH__VERL", str(_verl_package(tmp_path / "site")))
+    spec = parse_job_spec(_job())
+    assert Settings().verl_python() == sys.executable
+    assert verl_environment(Settings()) == sys.executable
+    assert resolve_verify_in_verl(spec, "cuda", Settings()) == DEFAULT_VERIFIED
+    assert verl_cut_env(verl_environment(Settings()), Settings())["python"] == sys.executable
+
+    monkeypatch.delenv("AUTOTUNER_ENGINE_PYTHONPATH__VERL")  # the tuner's own Python has no verl
+    assert verl_environment(Settings()) is None
+    assert resolve_verify_in_verl(spec, "cuda", Settings()) == 0
+
+
 def test_trials_get_verls_environment_to_time_its_cut_where_it_is_found(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

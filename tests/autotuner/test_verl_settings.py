@@ -3,6 +3,7 @@ AUTOTUNER_ENGINE_PYTHONPATH__VERL, the .venv-verl setup.sh makes otherwise."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ def test_without_a_setting_verl_is_the_venv_setup_made(monkeypatch: pytest.Monke
     monkeypatch.delenv("AUTOTUNER_ENGINE_PYTHON__VERL", raising=False)
     monkeypatch.delenv("AUTOTUNER_TRIAL_PYTHON", raising=False)
     made = ROOT / ".venv-verl" / "bin" / "python"
-    assert Settings().verl_python() == (str(made) if made.exists() else None)
+    assert Settings().verl_python() == (str(made) if made.exists() else sys.executable)
 
 
 def test_an_unknown_environment_is_refused_naming_verl(monkeypatch: pytest.MonkeyPatch) -> None:

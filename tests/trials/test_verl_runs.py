@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from verl_helpers import DEMO, ROOT, job_run_spec, verl_python
+from verl_helpers import DEMO, ROOT, SMALL_GPU_WORKLOAD, job_run_spec, verl_python
 
 from trials.launcher import kill_session, session_processes
 from trials.verl.dataset import sample_length
@@ -171,16 +171,7 @@ def test_two_verl_steps_of_a_small_model(tmp_path: Path) -> None:
     job = parse_job_spec(
         {
             "name": "verl-two-steps",
-            "workload": {
-                "model": "qwen2.5-0.5b",
-                "prompt_length": {"kind": "uniform", "low": 64, "high": 128},
-                "response_length": {"kind": "uniform", "low": 32, "high": 128},
-                "max_prompt_length": 128,
-                "max_response_length": 128,
-                "train_batch_size": 16,
-                "n": 2,
-                "ppo_mini_batch_size": 8,
-            },
+            "workload": SMALL_GPU_WORKLOAD,
             "cluster": {"device": "cuda", "n_gpus_per_node": 1},
         }
     )

@@ -22,6 +22,18 @@ from trials.verl.types import VerlRunSpec
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "autotuner" / "examples" / "demo.yaml"
 GPU_JOBS = sorted((ROOT / "benchmarks" / "jobs").glob("*.yaml"))
+# A small real workload for verl's runs on one GPU (the ``gpu`` tests): Qwen2.5-0.5B, short
+# sequences, 16 prompts x 2 a step.
+SMALL_GPU_WORKLOAD: dict[str, Any] = {
+    "model": "qwen2.5-0.5b",
+    "prompt_length": {"kind": "uniform", "low": 64, "high": 128},
+    "response_length": {"kind": "uniform", "low": 32, "high": 128},
+    "max_prompt_length": 128,
+    "max_response_length": 128,
+    "train_batch_size": 16,
+    "n": 2,
+    "ppo_mini_batch_size": 8,
+}
 
 
 def verl_python() -> str:
@@ -29,9 +41,9 @@ def verl_python() -> str:
     scripts/setup.sh makes it)."""
     settings = Settings()
     python = settings.verl_python()
-    missing = engine_importable(VERL, python, settings.trial_env_for(VERL)) if python else "not found"
-    if python is None or missing is not None:
-        reason = f"verl's environment ({python or '.venv-verl'}) has no verl: {missing}; run scripts/setup.sh"
+    missing = engine_importable(VERL, python, settings.trial_env_for(VERL))
+    if missing is not None:
+        reason = f"verl's environment ({python}) has no verl: {missing}; run scripts/setup.sh"
         if os.environ.get("CI") == "true":
             pytest.fail(reason)
         pytest.skip(reason)
