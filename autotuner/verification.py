@@ -320,7 +320,7 @@ def job_verification(
     runner = VerlRunner(
         spec,
         arch,
-        python=verl_environment(settings) or settings.verl_python(),
+        python=settings.verl_python(),
         cache_dir=settings.data_dir / "verl-cache",
         env=settings.trial_env_for(VERL),
         launch=launch,
