@@ -21,6 +21,10 @@ while [ "$SECONDS" -lt "$end" ]; do
   sleep 10
 done
 pack=/tmp/at-out
+# a consistent copy of a SQLite database that a job may still be writing
+backup_db() {
+  python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" "$1" "$2"
+}
 rm -rf "$pack" && mkdir -p "$pack/logs"
 for d in /tmp/at/*/; do
   name=$(basename "$d")
@@ -31,8 +35,7 @@ for d in /tmp/at/*/; do
     "$(awk 'NR > 1 { printf "; then " } { printf "%s", $0 }' "$d/command" 2>/dev/null ||
       echo "python3 -m autotuner.cli tune benchmarks/jobs/$name.yaml")" \
     "(benchmarks/gpu/run-studies.sh: one SQLite database per study)"
-  python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    "$d/autotuner.db" "$pack/$name.db"
+  backup_db "$d/autotuner.db" "$pack/$name.db"
 done
 cp /tmp/at/landscape/*.json "$pack/" 2>/dev/null
 shopt -s nullglob
@@ -50,7 +53,7 @@ done
 # the jobs of GPU tests (gpu-tests.sh): each test's SQLite database, named by its test folder
 for db in /tmp/pytest-of-*/pytest-*/*/data/autotuner.db; do
   name=$(basename "$(dirname "$(dirname "$db")")")
-  mkdir -p "$pack/gpu-tests" && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" "$db" "$pack/gpu-tests/$name.db"
+  mkdir -p "$pack/gpu-tests" && backup_db "$db" "$pack/gpu-tests/$name.db"
 done
 for s in /tmp/at/smoke-*/summary.json; do [ -f "$s" ] && cp "$s" "$pack/$(basename "$(dirname "$s")").json"; done
 find /tmp/at /tmp/at-record \( -name '*.log' -o -name '*.out' \) -size -2M -print0 2>/dev/null |
