@@ -21,6 +21,11 @@ from typing import Any
 from autotuner.knobs import KNOBS, A, R
 
 TAG = "v0.9.0"
+# The two baselines every job runs, by the names a job reports them under; a job's own
+# baselines take other names.
+DEFAULTS_BASELINE = "verl-v0.9-defaults"
+EXAMPLE_BASELINE = "verl-v0.9-example"
+RESERVED_BASELINES = (DEFAULTS_BASELINE, EXAMPLE_BASELINE)
 SMALL_MODEL_PARAMS = 5_000_000_000
 REF = "actor_rollout_ref.ref."
 MODEL = "actor_rollout_ref.model."
@@ -90,7 +95,7 @@ def example_baseline(num_parameters: int, allowed: dict[str, list[Any]]) -> Exam
         config[path] = used
         if used != value:
             repairs[path] = (value, used)
-    return ExampleBaseline("verl-v0.9-example", script, config, repairs)
+    return ExampleBaseline(EXAMPLE_BASELINE, script, config, repairs)
 
 
 def _nearest(value: Any, values: list[Any]) -> Any:

@@ -143,6 +143,16 @@ def build_space(spec: JobSpec, device: Literal["cuda", "cpu"], settings: Setting
     return SearchSpace.build(spec, arch, device)
 
 
+def engine_device_problem(spec: JobSpec, device: str) -> str | None:
+    """Why the job's rollout engine cannot run on ``device`` (the fix included), or None."""
+    if spec.workload.measures_rollout and spec.workload.engine == "sglang" and device != "cuda":
+        return (
+            f"sglang runs on CUDA GPUs only, and this job's trials run on {device}; use engine "
+            "vllm there, or run the job where NVML sees a GPU"
+        )
+    return None
+
+
 def check_engine_environment(spec: JobSpec, device: str, settings: Settings) -> None:
     """Refuse, before any trial, a job whose trials could not run its rollout engine.
 
@@ -153,11 +163,9 @@ def check_engine_environment(spec: JobSpec, device: str, settings: Settings) -> 
     engine = spec.workload.engine
     if not spec.workload.measures_rollout:
         return
-    if engine == "sglang" and device != "cuda":
-        raise EngineUnavailableError(
-            f"workload.engine: sglang runs on CUDA GPUs only, and this job's trials run on "
-            f"{device}; use engine vllm there, or run the job where NVML sees a GPU"
-        )
+    wrong_device = engine_device_problem(spec, device)
+    if wrong_device is not None:
+        raise EngineUnavailableError(f"workload.engine: {wrong_device}")
     if settings.ray_address:
         return
     python = settings.python_for(engine) or sys.executable

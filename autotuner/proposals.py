@@ -30,7 +30,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotuner.baselines import citation, example_baseline
+from autotuner.baselines import DEFAULTS_BASELINE, citation, example_baseline
 from autotuner.compose import best_composition, engine_seconds, explorable, next_engine_side, side_of
 from autotuner.memory import budget_beside_resident
 from autotuner.records import RETRY_OF, TrialRecord, config_key, records
@@ -42,8 +42,6 @@ from autotuner.trialspec import trial_gpus
 from trials.metrics import THROUGHPUT
 
 log = logging.getLogger(__name__)
-
-DEFAULTS_BASELINE = "verl-v0.9-defaults"
 
 
 @dataclass(frozen=True)

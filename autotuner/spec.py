@@ -70,7 +70,9 @@ def _takes_bool(annotation: Any) -> bool:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # No NaN or infinity in any number, however given (``"inf"``, ``1e999``): JSON stores
+    # neither, so a spec holding one could not be read back.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -100,6 +102,12 @@ class _Model(BaseModel):
 
 
 # --------------------------------------------------------------------------- lengths
+
+# The longest length a distribution may name, in tokens: far beyond any model's context
+# (lengths are cut to max_prompt_length / max_response_length, at most 1,048,576), and well
+# inside the 64-bit integers that draws compute in.
+MAX_LENGTH_TOKENS = 1_000_000_000
+Tokens = Annotated[int, Field(ge=1, le=MAX_LENGTH_TOKENS)]
 
 
 class _Lengths(_Model):
@@ -134,7 +142,7 @@ class FixedLengths(_Lengths):
     """Every request has the same length."""
 
     kind: Literal["fixed"] = "fixed"
-    value: int = Field(ge=1, description="The length, in tokens.")
+    value: int = Field(ge=1, le=MAX_LENGTH_TOKENS, description="The length, in tokens.")
 
     def _quantiles(self, u: np.ndarray) -> Any:
         return np.full(len(u), self.value)
@@ -150,8 +158,8 @@ class UniformLengths(_Lengths):
     """Lengths uniform on [low, high]."""
 
     kind: Literal["uniform"] = "uniform"
-    low: int = Field(ge=1, description="Shortest length, in tokens.")
-    high: int = Field(ge=1, description="Longest length, in tokens.")
+    low: int = Field(ge=1, le=MAX_LENGTH_TOKENS, description="Shortest length, in tokens.")
+    high: int = Field(ge=1, le=MAX_LENGTH_TOKENS, description="Longest length, in tokens.")
 
     @model_validator(mode="after")
     def _ordered(self) -> UniformLengths:
@@ -173,10 +181,14 @@ class NormalLengths(_Lengths):
     """Lengths ~ N(mean, std), clipped to [min, max]."""
 
     kind: Literal["normal"] = "normal"
-    mean: float = Field(gt=0, description="Mean length, in tokens.")
-    std: float = Field(ge=0, description="Standard deviation, in tokens.")
-    min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
-    max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
+    mean: float = Field(gt=0, le=MAX_LENGTH_TOKENS, description="Mean length, in tokens.")
+    std: float = Field(ge=0, le=MAX_LENGTH_TOKENS, description="Standard deviation, in tokens.")
+    min: int = Field(
+        default=1, ge=1, le=MAX_LENGTH_TOKENS, description="Lengths below this are raised to it."
+    )
+    max: int | None = Field(
+        default=None, ge=1, le=MAX_LENGTH_TOKENS, description="Lengths above this are cut to it."
+    )
 
     def _quantiles(self, u: np.ndarray) -> Any:
         raw = self.mean + self.std * _normal_quantiles(u)
@@ -190,10 +202,14 @@ class LognormalLengths(_Lengths):
     """Long-tailed lengths: exp(N(log(median), sigma)), clipped to [min, max]."""
 
     kind: Literal["lognormal"] = "lognormal"
-    median: float = Field(gt=0, description="Median length, in tokens.")
+    median: float = Field(gt=0, le=MAX_LENGTH_TOKENS, description="Median length, in tokens.")
     sigma: float = Field(default=0.6, ge=0, le=5, description="Spread of log(length).")
-    min: int = Field(default=1, ge=1, description="Lengths below this are raised to it.")
-    max: int | None = Field(default=None, ge=1, description="Lengths above this are cut to it.")
+    min: int = Field(
+        default=1, ge=1, le=MAX_LENGTH_TOKENS, description="Lengths below this are raised to it."
+    )
+    max: int | None = Field(
+        default=None, ge=1, le=MAX_LENGTH_TOKENS, description="Lengths above this are cut to it."
+    )
 
     def _quantiles(self, u: np.ndarray) -> Any:
         raw = np.exp(math.log(self.median) + self.sigma * _normal_quantiles(u))
@@ -216,7 +232,7 @@ class ListLengths(_Lengths):
     often each occurs. A draw is the same either way (``trials.lengths``)."""
 
     kind: Literal["list"] = "list"
-    values: list[Annotated[int, Field(ge=1)]] = Field(
+    values: list[Tokens] = Field(
         min_length=1, max_length=1_000_000, description="Lengths, in tokens (repeats count)."
     )
     counts: list[Annotated[int, Field(ge=1, le=10**12)]] | None = Field(
@@ -332,6 +348,11 @@ def _reason(exc: BaseException) -> str:
     return str(exc) if not isinstance(exc, OSError) else type(exc).__name__
 
 
+# The largest config.json read: a model's (Hugging Face's, with a vocabulary's labels at most)
+# is kilobytes; a path to anything larger (a weights file) is refused before it is read.
+MAX_CONFIG_BYTES = 4 * 1024 * 1024
+
+
 def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArch:
     """A catalog name, or a path to a config.json (or a folder holding one)."""
     config = catalog.lookup(name_or_path)
@@ -355,6 +376,14 @@ def resolve_model(name_or_path: str, models_dir: Path | None = None) -> ModelArc
             "nor a path to an HF config.json; use one of those names or a path to a config.json",
         )
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise UnknownModelError(
+                "workload.model",
+                f"{name_or_path!r} is {size:,} bytes, more than a config.json holds "
+                f"({MAX_CONFIG_BYTES:,} at most); give the model's config.json (or its folder), "
+                "not a weights file",
+            )
         config = json.loads(path.read_text())
     except (OSError, ValueError, RecursionError) as exc:
         raise UnknownModelError("workload.model", f"cannot read {name_or_path!r}: {_reason(exc)}") from None
@@ -738,6 +767,7 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _cross_rules(self, info: ValidationInfo) -> JobSpec:
+        from autotuner.baselines import RESERVED_BASELINES
         from autotuner.domains import KnobValueError, check_spec_values
         from autotuner.knobs import KNOBS  # the knob table depends on this module's types
 
@@ -749,6 +779,12 @@ class JobSpec(_Model):
                 + ", ".join(sorted(KNOBS)),
             )
         for name, config in self.baselines.items():
+            if name in RESERVED_BASELINES and not _stored(info):
+                raise KnobValueError(
+                    ("baselines", name),
+                    f"{name!r} is the name of a baseline every job runs (verl's defaults and "
+                    "verl's example command for the model's size); give your baseline another name",
+                )
             bad = sorted(set(config) - set(KNOBS))
             if bad:
                 raise KnobValueError(

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from autotuner import catalog
 from autotuner.api.errors import InvalidInputError, UnsupportedMediaTypeError, spec_error_loc
 from autotuner.errors import InfeasibleSpaceError, SpecError
-from autotuner.jobs import build_space, check_capacity, resolve_device
+from autotuner.jobs import build_space, check_capacity, engine_device_problem, resolve_device
 from autotuner.settings import Settings
 from autotuner.spec import JobSpec
 from autotuner.verification import check_verification
@@ -64,32 +64,69 @@ def parse_body(body: bytes, content_type: str | None) -> Any:
         raise InvalidInputError.at(["body"], f"a literal the service cannot read: {exc}") from None
 
 
+# Where a node lies, as a chain of (parent, key) links: built in constant time per node, and
+# spelled out as a path only when an error names it.
+_Where = tuple[Any, str | int] | None
+
+
+def _loc(where: _Where) -> list[str | int]:
+    keys: list[str | int] = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    return ["body", *reversed(keys)]
+
+
 def _check_document(document: Any) -> None:
-    """Refuse documents too big to walk, non-finite numbers (NaN, inf), and text that is not
-    Unicode (a JSON escape of half a surrogate pair), which no database column stores."""
+    """Refuse documents too big to walk, a YAML node that contains itself (an alias to its
+    own anchor), non-finite numbers (NaN, inf), and text that is not Unicode (a JSON escape
+    of half a surrogate pair), which no database column stores.
+
+    A node that aliases share is checked once and then counted by its size, so the work is
+    linear in the document as written, however far its aliases would expand."""
     count = 0
-    stack: list[tuple[list[str | int], Any]] = [(["body"], document)]
+    sizes: dict[int, int] = {}  # a container checked already: the values it expands to
+    on_path: set[int] = set()  # the containers from the root down to the node walked
+    # (where, node, count on entry): a container is met on the way down (None) and up.
+    stack: list[tuple[_Where, Any, int | None]] = [(None, document, None)]
     while stack:
-        loc, node = stack.pop()
-        count += 1 + (len(node) if isinstance(node, list) and _plain_ints(node) else 0)
+        where, node, entered = stack.pop()
+        if entered is not None:
+            on_path.discard(id(node))
+            sizes[id(node)] = count - entered
+            continue
+        container = isinstance(node, dict | list) and not (isinstance(node, list) and _plain_ints(node))
+        if container and id(node) in on_path:
+            raise InvalidInputError.at(
+                _loc(where),
+                "this node contains itself (a YAML alias to its own anchor); a job spec is a tree: "
+                "write the values out",
+            )
+        count += sizes.get(id(node), 1 + (len(node) if isinstance(node, list) and not container else 0))
         if count > MAX_NODES:
             raise InvalidInputError.at(
                 ["body"], f"the document has more than {MAX_NODES} values; a job spec is far smaller"
             )
         if isinstance(node, float) and not math.isfinite(node):
-            raise InvalidInputError.at(loc, f"{node} is not a finite number", "finite_number")
+            raise InvalidInputError.at(_loc(where), f"{node} is not a finite number", "finite_number")
         if isinstance(node, str):
-            _check_text(loc, node)
+            _check_text(where, node)
             if "\x00" in node:
-                raise InvalidInputError.at(loc, "the text holds a NUL character; leave it out")
-        elif isinstance(node, dict):
+                raise InvalidInputError.at(_loc(where), "the text holds a NUL character; leave it out")
+        if not container or id(node) in sizes:
+            continue
+        on_path.add(id(node))
+        stack.append((where, node, count - 1))
+        if isinstance(node, dict):
             for key in node:
-                _check_text([*loc, _printable(str(key))], key)
+                _check_text((where, _printable(str(key))), key)
                 if isinstance(key, str) and "\x00" in key:
-                    raise InvalidInputError.at(loc, f"the key {_printable(key)!r} holds a NUL character")
-            stack.extend(([*loc, str(k)], v) for k, v in node.items())
-        elif isinstance(node, list) and not _plain_ints(node):
-            stack.extend(([*loc, i], v) for i, v in enumerate(node))
+                    raise InvalidInputError.at(
+                        _loc(where), f"the key {_printable(key)!r} holds a NUL character"
+                    )
+            stack.extend(((where, str(k)), v, None) for k, v in node.items())
+        else:
+            stack.extend(((where, i), v, None) for i, v in enumerate(node))
 
 
 def _plain_ints(values: list[Any]) -> bool:
@@ -97,10 +134,10 @@ def _plain_ints(values: list[Any]) -> bool:
     return all(type(v) is int for v in values)
 
 
-def _check_text(loc: list[str | int], text: Any) -> None:
+def _check_text(where: _Where, text: Any) -> None:
     if isinstance(text, str) and not _encodable(text):
         raise InvalidInputError.at(
-            loc, "the text holds a lone surrogate escape (\\ud800-\\udfff); send Unicode"
+            _loc(where), "the text holds a lone surrogate escape (\\ud800-\\udfff); send Unicode"
         )
 
 
@@ -115,6 +152,13 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+# Why a path does not resolve, where the exception carries no OS message.
+_WHY: dict[type[Exception], str] = {
+    RuntimeError: "a symbolic link loop",
+    ValueError: "the path holds a NUL character",
+}
 
 
 def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
@@ -135,11 +179,11 @@ def _within_models_dir(spec: JobSpec, models_dir: Path | None) -> JobSpec:
         )
     try:
         root = models_dir.expanduser().resolve()
-        path = (root / Path(model).expanduser()).resolve()
+        path = (root / model).resolve()  # "~" is a plain name here: no home folder is looked up
         inside = path.is_relative_to(root)
         found = inside and (path.is_file() or (path / "config.json").is_file())
     except (OSError, RuntimeError, ValueError) as exc:  # too long, a NUL byte, a symlink loop
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else _WHY.get(type(exc), str(exc))
         raise InvalidInputError.at(loc, f"cannot resolve {model!r}: {why}") from None
     if not inside:
         raise InvalidInputError.at(
@@ -198,6 +242,9 @@ def validate_job(document: Any, settings: Settings) -> JobSpec:
     search_keys = list(spec.search)
     try:
         device = resolve_device(spec)
+        wrong_device = engine_device_problem(spec, device)
+        if wrong_device is not None:
+            raise SpecError("workload.engine", wrong_device)
         check_verification(spec, device)
         space = build_space(spec, device, settings)
         check_capacity(spec, space, settings)

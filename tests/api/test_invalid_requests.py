@@ -107,6 +107,44 @@ INVALID_JOBS = {
         "AUTOTUNER_MAX_JOB_MINUTES",
     ),
     "not a mapping": ([1, 2], ["body"], "mapping"),
+    # Infinity spelled as text gets past JSON's own number rules, and would be stored as null:
+    # the job could then never be read back (its listing, page and export would all fail).
+    "infinite mean as text": (
+        _with("workload", response_length={"kind": "normal", "mean": "inf", "std": 1}),
+        ["body", "workload", "response_length", "normal", "mean"],
+        "finite number",
+    ),
+    "overflowing median as text": (
+        _with("workload", response_length={"kind": "lognormal", "median": "1e999"}),
+        ["body", "workload", "response_length", "lognormal", "median"],
+        "finite number",
+    ),
+    "infinite std": (
+        _with("workload", prompt_length={"kind": "normal", "mean": 100, "std": "Infinity"}),
+        ["body", "workload", "prompt_length", "normal", "std"],
+        "finite number",
+    ),
+    "NaN as text": (_with("budget", max_minutes="nan"), ["body", "budget", "max_minutes"], "finite number"),
+    "length past 64-bit integers": (
+        _with("workload", response_length={"kind": "list", "values": [8, 2**63]}),
+        ["body", "workload", "response_length", "list", "values", 1],
+        "less than or equal to 1000000000",
+    ),
+    "uniform high past what draws compute in": (
+        _with("workload", response_length={"kind": "uniform", "low": 1, "high": 2**63 - 1}),
+        ["body", "workload", "response_length", "uniform", "high"],
+        "less than or equal to 1000000000",
+    ),
+    "baseline named as a built-in one": (
+        {**train_job(), "baselines": {"verl-v0.9-defaults": {MB: 2}}},
+        ["body", "baselines", "verl-v0.9-defaults"],
+        "give your baseline another name",
+    ),
+    "sglang on a CPU": (
+        _with("workload", engine="sglang", phases="both"),
+        ["body", "workload", "engine"],
+        "sglang runs on CUDA GPUs only",
+    ),
     "bad objective": (
         {**train_job(), "objectives": [{"metric": "speed"}]},
         ["body", "objectives", 0, "metric"],
@@ -153,6 +191,23 @@ def test_model_paths_must_stay_inside_the_models_dir(api, outside, models_dir) -
     _assert_names(
         api.post("/v1/jobs", json=_with("workload", model="tiny-copy/nothing.json")), loc, "models directory"
     )
+    # "~" names no home folder on the server: it is a plain name inside the models dir.
+    for model in ("~nosuchuser/config.json", "~/config.json", "~root"):
+        _assert_names(api.post("/v1/jobs", json=_with("workload", model=model)), loc, "models directory")
+
+
+def test_a_file_too_big_for_a_config_is_refused_unread(api, models_dir) -> None:
+    """A weights file beside the config (gigabytes on a real model) is refused by its size,
+    before the service reads it into memory."""
+    weights = models_dir / "tiny-copy" / "model.safetensors"
+    with weights.open("wb") as f:  # sparse: 8 GiB on disk costs nothing
+        f.truncate(8 * 1024**3)
+    try:
+        response = api.post("/v1/jobs", json=_with("workload", model="tiny-copy/model.safetensors"))
+    finally:
+        weights.unlink()
+    _assert_names(response, ["body", "workload", "model"], "more than a config.json holds")
+    assert "8,589,934,592 bytes" in response.text
 
 
 def test_unparsable_and_odd_bodies(api) -> None:
@@ -179,6 +234,31 @@ def test_unparsable_and_odd_bodies(api) -> None:
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
     )
     _assert_names(post(bomb, "application/yaml"), ["body"], "more than")
+    # Aliases nested 1,500 deep: refused by counting each shared node once, not by walking
+    # the 2**1500 values they stand for (nor by spelling out a 1,500-long path at each).
+    deep = "a0: &a0 [1, x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}]\n" for i in range(1, 1500))
+    _assert_names(post(deep, "application/yaml"), ["body"], "more than")
+    # A node that holds itself: YAML allows it, a tree of values cannot be one.
+    for cycle, loc in (
+        ("workload: &w [*w]", ["body", "workload", 0]),
+        ("workload: &w {a: *w}", ["body", "workload", "a"]),
+    ):
+        _assert_names(post(f"name: x\n{cycle}\n", "application/yaml"), loc, "contains itself")
+    # A node shared by two aliases is no cycle: this one gets as far as the trial cap.
+    shared = (
+        "workload: {prompt_length: &lengths {kind: fixed, value: 8}, response_length: *lengths}\n"
+        "budget: {max_trials: 51}\nextra: [*lengths, *lengths]\n"
+    )
+    _assert_names(post(shared, "application/yaml"), ["body", "extra"], "Extra inputs")
+    # YAML reads 1e999 as text (its floats need a dot); as a length it is infinite.
+    huge = yaml.safe_dump(_with("workload", response_length={"kind": "normal", "mean": 5, "std": 1}))
+    huge = huge.replace("mean: 5", "mean: 1e999")
+    assert "mean: 1e999" in huge
+    _assert_names(
+        post(huge, "application/yaml"),
+        ["body", "workload", "response_length", "normal", "mean"],
+        "finite number",
+    )
     unsupported = post("name: x", "text/plain")
     assert unsupported.status_code == 415 and unsupported.json()["field"] == "Content-Type"
 
