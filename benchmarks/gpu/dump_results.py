@@ -3,7 +3,9 @@
 usage: python -m benchmarks.gpu.dump_results OUT.json [COMMAND...]
 The command that produced the jobs is stored with them, so each figure names its device
 (per trial) and how it was made. A failed trial carries ``error_cause``, the line of its log
-that says what failed, where its message does not.
+that says what failed, where its message does not. A job that verified trials in verl
+(``budget.verify_in_verl``) carries their verdicts under ``verl``, by trial number, as the API
+and ``autotuner jobs`` show them, and its summary picks the winner as they do.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from autotuner.jobs import JobContext
 from autotuner.records import records
 from autotuner.settings import get_settings
 from autotuner.study import open_study
-from autotuner.summary import summarize
+from autotuner.summary import summarize, verified_summaries
+from autotuner.verification import VerlRunStore, stored_verdicts
 from trials.failures import logged_cause
 
 
@@ -39,7 +42,8 @@ def main(out: str, command: list[str]) -> None:
         study = open_study(spec, job.study_name, ctx.settings.resolved_database_url)
         recs = records(study)
         tails = {t.number: t.user_attrs.get("log_tail") or "" for t in study.trials}
-        summary = summarize(spec, recs, job.stop_reason or job.status)
+        verl = stored_verdicts(VerlRunStore(ctx.database), job.id)
+        summary = summarize(spec, recs, job.stop_reason or job.status, verl)
         doc["jobs"].append(
             {
                 "id": job.id,
@@ -50,6 +54,7 @@ def main(out: str, command: list[str]) -> None:
                 "finished_at": job.finished_at.isoformat() if job.finished_at else None,
                 "summary": summary.to_dict(),
                 "trials": [with_cause(dict(r.__dict__), tails.get(r.number, "")) for r in recs],
+                "verl": verified_summaries(recs, verl),
             }
         )
     with open(out, "w") as f:

@@ -1,0 +1,71 @@
+"""Parts of the READMEs from a tuning job that verified its trials in verl
+(``budget.verify_in_verl``; ``tests/autotuner/test_gpu_verification.py`` run by
+``benchmarks/gpu/gpu-tests.sh``): each verified trial beside verl's run of its config."""
+
+from __future__ import annotations
+
+from benchmarks.claims.data import Line, f1, generated_from, job_of, load, table
+
+GPU_VERIFY = "results/gpu-verify-qwen2.5-0.5b-h100.json"
+# The trial's error per phase against verl's, as ``autotuner.verl_results.prediction_error_pct``
+# names them, and the column each gets.
+PHASES = {
+    "rollout": "rollout",
+    "old_log_prob": "old-logp",
+    "ref_log_prob": "ref",
+    "update_actor": "update",
+    "weight_sync": "weight sync",
+    "step": "step",
+    "throughput": "throughput",
+}
+
+
+def _signed(value: float | None) -> str:
+    return "" if value is None else f"{value:+.1f}%"
+
+
+def verify_in_verl() -> list[Line]:
+    """One row per verified trial: its config's name, the trial's throughput, verl's median
+    (with its runs), and the trial's error per phase against verl; then the winner."""
+    rel = GPU_VERIFY
+    job = job_of(rel)
+    trials = {t["number"]: t for t in job["trials"] if t.get("repeat_of") is None}
+    rows = []
+    for key, verdict in sorted(job["verl"].items(), key=lambda kv: int(kv[0])):
+        number = int(key)
+        trial = trials[number]
+        errors = verdict["prediction_error_pct"]
+        cells = [
+            f"{number} ({trial['baseline'] or 'searched'})",
+            f1(trial["metrics"]["throughput_tokens_per_s_per_gpu"]),
+            f"{f1(verdict['throughput_median'])} ({verdict['ok_runs']} of {verdict['runs']} runs ok)",
+            *(_signed(errors.get(phase)) for phase in PHASES),
+        ]
+        rows.append((cells, (f"{rel}#{number}",)))
+    header = ["trial (config)", "trial tok/s/GPU", "verl tok/s/GPU"]
+    header += [f"{label} error" for label in PHASES.values()]
+    summary = job["summary"]
+    best = summary["best"]
+    versions = next(iter(job["verl"].values()))["versions"]
+    software = trials[best]["software"]
+    return table(header, rows) + [
+        Line(""),
+        Line(
+            f"Winner: trial {best} ({trials[best]['baseline'] or 'searched'}), picked by "
+            f"{summary['winner_source']}. Errors are (trial - verl) / verl: a phase's time, or "
+            "the step's throughput. A config verified once has no measured spread in verl.",
+            (f"{rel}#{best}",),
+        ),
+        Line(""),
+        Line(
+            f"Device: {software['gpu']}, driver {software['driver']}, CUDA {software['cuda']}; "
+            f"trials: torch {software['torch']}, vLLM {software['vllm']}, transformers "
+            f"{software['transformers']}; verl {versions['verl']} with torch {versions['torch']}, "
+            f"vLLM {versions['vllm']}, transformers {versions['transformers']}.",
+            (rel,),
+        ),
+        Line(""),
+        Line(f"Command: {load(rel)['command']}", (rel,)),
+        Line(""),
+        generated_from(rel),
+    ]
