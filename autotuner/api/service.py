@@ -7,6 +7,7 @@ database, read through one ``RDBStorage`` shared by the service's threads.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import threading
 from collections.abc import Callable
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import optuna
+from pydantic import ValidationError
 
 from autotuner import hardware
 from autotuner.api.errors import ConflictError, InvalidInputError, NotFoundError
@@ -22,7 +24,7 @@ from autotuner.errors import AutotunerError
 from autotuner.export import to_overrides, to_yaml, verl_config
 from autotuner.jobs import JobContext, verify_finished
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
-from autotuner.spec import JobSpec, read_stored_spec
+from autotuner.spec import JobSpec, error_loc, read_stored_spec
 from autotuner.summary import Runs, best, front, pick, runs_of, verified_summaries
 from autotuner.verification import Launch, stored_verdicts
 from autotuner.verl_check import VerlChecker
@@ -84,6 +86,25 @@ class ConfigFile:
     text: str
 
 
+log = logging.getLogger(__name__)
+
+
+class UnreadableJobError(ConflictError):
+    """Raised for a job whose stored spec no longer validates (one stored by an older version
+    that let a value through the database cannot hold, e.g. an infinite length stored as null):
+    it cannot be shown or exported, only deleted."""
+
+    def __init__(self, job_id: str, exc: ValidationError) -> None:
+        where = ", ".join(
+            ".".join(str(p) for p in error_loc(e)) or "spec" for e in exc.errors(include_url=False)
+        )
+        super().__init__(
+            f"job {job_id}'s stored spec can no longer be read ({where}: {exc.errors()[0]['msg']}); "
+            f"it cannot run or be shown: delete it (DELETE /v1/jobs/{job_id}) and submit it again",
+            field="job_id",
+        )
+
+
 class JobService:
     """The service's operations. Thread-safe: routes call it from FastAPI's thread pool."""
 
@@ -127,8 +148,16 @@ class JobService:
         return job, created
 
     def list_jobs(self, status: str | None, offset: int, limit: int) -> tuple[list[JobView], int]:
+        """A page of jobs; one whose stored spec cannot be read is left out (and logged), so
+        that it cannot take the listing down for every other job."""
         jobs, count = self.ctx.store.list(status=status, offset=offset, limit=limit)
-        return [self._view(job) for job in jobs], count
+        views = []
+        for job in jobs:
+            try:
+                views.append(self._view(job))
+            except UnreadableJobError as exc:
+                log.warning("left out of the job list: %s", exc.message)
+        return views, count
 
     def get_job(self, job_id: str) -> JobView:
         return self._view(self.ctx.store.get(job_id))
@@ -283,7 +312,10 @@ class JobService:
     def _view(self, job: JobRecord) -> JobView:
         # The stored spec was validated at submission (its model path resolved then): read it
         # back without resolving the model again, so a moved model file breaks no read.
-        spec = read_stored_spec(job.spec_json)
+        try:
+            spec = read_stored_spec(job.spec_json)
+        except ValidationError as exc:
+            raise UnreadableJobError(job.id, exc) from None
         records, attrs = self._study(job.study_name)
         cap = spec.cluster.device_memory_gib
         verl = stored_verdicts(VerlRunStore(self.ctx.database), job.id)

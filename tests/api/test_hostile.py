@@ -19,6 +19,8 @@ import httpx
 import pytest
 
 from autotuner.capacity import host_memory_gib
+from autotuner.jobs import JobContext
+from autotuner.settings import Settings
 
 from .conftest import A, R, Server, postgres_server, train_job
 
@@ -287,6 +289,35 @@ def test_no_input_gets_a_server_error_on_postgres(tmp_path, postgres_url) -> Non
 
 
 # ----------------------------------------------------------------------------- host, token, body
+
+
+def test_a_job_whose_stored_spec_no_longer_reads_takes_down_nothing_else(server, api, finished_job) -> None:
+    """A job stored by a version that let an infinite length through (stored as null, as JSON
+    has no infinity) cannot be read back: the list and the page leave it out, its own
+    endpoints say so with 409 and how to be rid of it, and it can be deleted."""
+    spec = json.loads(json.dumps(train_job(name="unreadable")))
+    spec["workload"]["response_length"] = {"kind": "normal", "mean": None, "std": 1.0}
+    ctx = JobContext.open(Settings(data_dir=server.data_dir))
+    try:
+        job = ctx.store.create("unreadable", json.dumps(spec), 4)
+        ctx.store.claim(job.id, "an older version")
+        ctx.store.finish(job.id, "failed", stop_reason="(stored before the check)")
+    finally:
+        ctx.database.dispose()
+    listed = api.get("/v1/jobs", params={"limit": 1000})
+    assert listed.status_code == 200, listed.text
+    ids = {j["id"] for j in listed.json()["data"]}
+    assert finished_job["id"] in ids and job.id not in ids
+    assert api.get("/").status_code == 200
+    for path in ("", "/trials", "/pareto", "/best"):
+        response = api.get(f"/v1/jobs/{job.id}{path}")
+        assert response.status_code == 409, (path, response.text)
+        detail = response.json()["detail"]
+        assert "stored spec can no longer be read" in detail and "workload.response_length" in detail
+        assert f"DELETE /v1/jobs/{job.id}" in detail
+    assert "left out of the job list" in server.log()
+    assert api.delete(f"/v1/jobs/{job.id}").status_code == 204
+    assert api.get(f"/v1/jobs/{job.id}").status_code == 404
 
 
 def test_a_host_of_another_site_is_refused(server) -> None:
