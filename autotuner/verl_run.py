@@ -2,9 +2,11 @@
 
 The overrides are exactly what ``autotuner export --format overrides`` prints for the
 trial (so verl measures the config a user would adopt); the lengths are drawn by the runner
-from the job's distributions and seed (``trialspec.batch_draw``), step after step (the first
-step's batch is the one every trial of the job was measured on): the service holds no list
-per request.
+from the job's distributions and seed (``trialspec.batch_draw``): the service holds no list
+per request. By default every step runs the batch every trial of the job was measured on
+(``VerlRunSpec.repeat_batch``), so a trial's error against verl is the trial's, not the
+difference between two draws of a small batch, and the spread of verl's steps is the run's
+noise; ``repeat_batch=False`` draws a new batch for each step, as training meets new data.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def verl_run_spec(
     run_id: str,
     device: Literal["cuda", "cpu"] = "cuda",
     steps: int = DEFAULT_STEPS,
+    repeat_batch: bool = True,
 ) -> VerlRunSpec:
     """The runner's spec for ``config`` (a trial's flat config) of the job ``spec``."""
     return VerlRunSpec(
@@ -42,6 +45,7 @@ def verl_run_spec(
         prompt_lengths=[],
         response_lengths=[],
         batch=batch_draw(spec),
+        repeat_batch=repeat_batch,
         train_batch_size=spec.workload.train_batch_size,
         n=spec.workload.n,
         dtype=spec.workload.dtype,

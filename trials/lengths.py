@@ -133,17 +133,19 @@ def drawn(spec: TrialSpec) -> TrialSpec:
     )
 
 
-def steps_lengths(b: BatchDraw, steps: int) -> tuple[list[int], list[list[int]]]:
+def steps_lengths(b: BatchDraw, steps: int, repeat: bool = False) -> tuple[list[int], list[list[int]]]:
     """``steps`` batches of the job, one after another from the one generator (the first is
     the batch every trial is measured on): each prompt's length and its ``n`` response
-    lengths, for verl's step runner."""
+    lengths, for verl's step runner. ``repeat``: every step is that first batch."""
     rng = np.random.default_rng(b.seed)
     n = b.samples_per_prompt
     prompts: list[int] = []
     responses: list[list[int]] = []
-    for _ in range(steps):
+    for _ in range(1 if repeat else steps):
         step_prompts = draw_lengths(b.prompt_length, b.prompts, rng, b.max_prompt_length)
         step_responses = draw_lengths(b.response_length, b.prompts * n, rng, b.max_response_length)
         prompts += step_prompts
         responses += [step_responses[i * n : (i + 1) * n] for i in range(b.prompts)]
+    if repeat:
+        prompts, responses = prompts * steps, [list(r) for _ in range(steps) for r in responses]
     return prompts, responses

@@ -13,7 +13,9 @@ round runs, config after config:
 - verl's own trainer on that config (``trials.verl.launch.launch_verl``: the exported
   overrides plus the runner's model, data and agent loop), ``--steps`` steps, the first a
   warm-up, unless the config is named by ``--skip-verl``; with ``--trace``, its workers'
-  own record of each log-prob pass and update (``trials.verl.trace``) comes with it.
+  own record of each log-prob pass and update (``trials.verl.trace``) comes with it. Every
+  step runs the batch the trial runs (``VerlRunSpec.repeat_batch``); ``--fresh-batches``
+  draws the job's next batch for each step instead (the behaviour before 2026-12-06).
 
 Each run starts once no process holds the comparison's GPUs (the last run's killed workers
 may still be handing memory back; at most ``SETTLE_S``): its row records what they held then
@@ -437,6 +439,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the trials train with the CUDA allocator's default, not with the expandable "
         "segments verl's training worker turns on (a control)",
     )
+    parser.add_argument(
+        "--fresh-batches",
+        action="store_true",
+        help="each verl step draws the job's next batch (default: every step runs the batch the "
+        "trials run, so a trial's error against verl is its own)",
+    )
     parser.add_argument("--trial-timeout", type=float, default=600)
     parser.add_argument("--verl-timeout", type=float, default=900)
     parser.add_argument("--verl-pythonpath", default=os.environ.get("AUTOTUNER_ENGINE_PYTHONPATH__VERL", ""))
@@ -469,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpus": os.environ.get("CUDA_VISIBLE_DEVICES"),
         "host_cpus": host_cpus(),  # the comparison's CPUs: its trials' and verl's runs'
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "verl_batches": "fresh" if args.fresh_batches else "trial",
         "runs": [],
     }
     verl_env = {"PYTHONPATH": args.verl_pythonpath} if args.verl_pythonpath else {}
@@ -507,7 +516,15 @@ def main(argv: list[str] | None = None) -> int:
                     out.write_text(json.dumps(doc, indent=1, default=str))
             verl_rounds = args.rounds if args.verl_rounds is None else args.verl_rounds
             if name not in args.skip_verl and rnd < verl_rounds:
-                vspec = verl_run_spec(spec, arch, config, f"{name}-v{rnd}", "cuda", args.steps)
+                vspec = verl_run_spec(
+                    spec,
+                    arch,
+                    config,
+                    f"{name}-v{rnd}",
+                    "cuda",
+                    args.steps,
+                    repeat_batch=not args.fresh_batches,
+                )
                 vspec.trace = args.trace
                 vspec.profile = f"{args.profile}/{name}-{rnd}-verl" if args.profile else None
                 print(f"[{time.strftime('%T')}] verl {name} round {rnd}", flush=True)

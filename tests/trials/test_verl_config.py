@@ -108,10 +108,12 @@ def test_verl_env_is_its_own() -> None:
     assert sys.executable != python
 
 
-def test_the_runner_draws_each_step_as_the_jobs_seed_gives_it() -> None:
-    """Step after step from the job's seed: the first step's batch is the one every trial of
-    the job is measured on (``trialspec.batch_draw``), the next ones follow from the same
-    generator."""
+def test_every_verl_step_runs_the_batch_the_trials_run_unless_asked_for_fresh_ones() -> None:
+    """By default each step is the batch every trial of the job is measured on
+    (``trialspec.batch_draw``), its prompts' token ids still new; with ``repeat_batch`` off
+    the steps follow one another from the job's seed, the first one still the trials'."""
+    import dataclasses
+
     import numpy as np
 
     from autotuner.spec import load_job_spec
@@ -119,17 +121,45 @@ def test_the_runner_draws_each_step_as_the_jobs_seed_gives_it() -> None:
 
     spec = load_job_spec(GPU_JOBS[0])
     _, run = job_run_spec(GPU_JOBS[0], "draw")
-    full = drawn(run)
+    assert run.repeat_batch and run.steps > 1
     w = spec.workload
-    assert len(full.prompt_lengths) == w.train_batch_size * run.steps
     trial_prompts, trial_responses = step_lengths(run.batch)  # what a trial of the job draws
-    assert [p for p in full.prompt_lengths[: w.train_batch_size] for _ in range(w.n)] == trial_prompts
-    assert [x for r in full.response_lengths[: w.train_batch_size] for x in r] == trial_responses
+    fresh = drawn(dataclasses.replace(run, repeat_batch=False))
+    for full in (drawn(run), fresh):
+        assert len(full.prompt_lengths) == len(full.response_lengths) == w.train_batch_size * run.steps
+        assert [p for p in full.prompt_lengths[: w.train_batch_size] for _ in range(w.n)] == trial_prompts
+        assert [x for r in full.response_lengths[: w.train_batch_size] for x in r] == trial_responses
+    repeated = drawn(run)
+    for step in range(1, run.steps):
+        part = slice(step * w.train_batch_size, (step + 1) * w.train_batch_size)
+        assert repeated.prompt_lengths[part] == repeated.prompt_lengths[: w.train_batch_size]
+        assert repeated.response_lengths[part] == repeated.response_lengths[: w.train_batch_size]
+        assert fresh.prompt_lengths[part] != fresh.prompt_lengths[: w.train_batch_size]
     rng = np.random.default_rng(spec.seed)
     for _ in range(run.steps):  # the job spec's own draw, step after step
         prompts = w.prompt_length.draw(w.train_batch_size, rng, w.max_prompt_length)
         w.response_length.draw(w.train_batch_size * w.n, rng, w.max_response_length)
-    assert full.prompt_lengths[-w.train_batch_size :] == [int(p) for p in prompts]
+    assert fresh.prompt_lengths[-w.train_batch_size :] == [int(p) for p in prompts]
+
+
+def test_a_repeated_batch_gives_each_steps_prompts_new_token_ids(tmp_path: Path) -> None:
+    """The dataset verl reads holds the trials' batch once per step, and no prompt's text
+    comes back in a later step (an engine's prefix cache finds nothing to reuse)."""
+    from trials.verl.dataset import rows
+
+    spec, run = job_run_spec(DEMO, "ids")
+    full = drawn(run)
+    table = rows(full.model_config, full.prompt_lengths, full.response_lengths, full.seed)
+    size = spec.workload.train_batch_size
+    assert len(table) == size * run.steps
+    texts = [row["prompt"][0]["content"] for row in table]
+    assert len(set(texts)) == len(texts)
+    for step in range(run.steps):
+        lengths = [row["extra_info"]["prompt_length"] for row in table[step * size : (step + 1) * size]]
+        assert lengths == full.prompt_lengths[:size]
+        assert [row["extra_info"]["response_lengths"] for row in table[step * size : (step + 1) * size]] == [
+            list(r) for r in full.response_lengths[:size]
+        ]
 
 
 _TRACED_WORKER = """

@@ -52,7 +52,7 @@ def drawn(spec: VerlRunSpec) -> VerlRunSpec:
     """``spec`` with every step's lengths drawn from ``spec.batch`` (unchanged without one)."""
     if spec.batch is None:
         return spec
-    prompts, responses = steps_lengths(spec.batch, spec.steps)
+    prompts, responses = steps_lengths(spec.batch, spec.steps, repeat=spec.repeat_batch)
     return dataclasses.replace(spec, batch=None, prompt_lengths=prompts, response_lengths=responses)
 
 

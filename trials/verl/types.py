@@ -73,6 +73,11 @@ class VerlRunSpec(JsonData):
     # The job's distributions, caps and seed: with it, the runner draws the lengths of every
     # step itself (``trials.verl.lengths``) and the lists above stay empty.
     batch: BatchDraw | None = None
+    # With ``batch``: every step runs the job's first batch, the one its trials were measured
+    # on (the token ids of each step's prompts still differ), so verl's measured steps and a
+    # trial time the same sequences and their spread is the run's own. Off: each step draws
+    # the next batch from the job's seed, as a training run meets new data.
+    repeat_batch: bool = False
     dtype: str = "bfloat16"
     device: Literal["cuda", "cpu"] = "cuda"
     steps: int = 4
