@@ -8,6 +8,7 @@ front trial is one of them and both are verified: two runs in verl. On a CPU a j
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -15,6 +16,9 @@ from sqlalchemy import create_engine, text
 from verl_helpers import SMALL_GPU_WORKLOAD, verl_python  # tests/trials: on sys.path by conftest
 
 from autotuner.knobs import A, R
+from autotuner.spec import parse_job_spec
+from autotuner.trialspec import batch_draw
+from trials.lengths import step_lengths
 
 from .conftest import run_cli, write_job
 
@@ -68,9 +72,15 @@ def test_a_job_verifies_its_trials_in_verl_and_verl_picks_the_winner(tmp_path, c
 
     database = create_engine(f"sqlite:///{cli_env['AUTOTUNER_DATA_DIR']}/autotuner.db")
     with database.connect() as conn:
-        rows = conn.execute(text("SELECT trial_number, status FROM verl_runs ORDER BY id")).all()
-    assert sorted(n for n, _ in rows) == sorted(verified)
-    assert {status for _, status in rows} == {"ok"}
+        rows = conn.execute(text("SELECT trial_number, status, result FROM verl_runs ORDER BY id")).all()
+    assert sorted(n for n, *_ in rows) == sorted(verified)
+    assert {status for _, status, _ in rows} == {"ok"}
+    # Every verl step ran the batch the trials ran: one response length, the draw's.
+    _, responses = step_lengths(batch_draw(parse_job_spec(JOB)))
+    for *_, result in rows:
+        means = [step["response_length/mean"] for step in json.loads(result)["steps"]]
+        assert len(means) == JOB["budget"]["verify_steps"]
+        assert all(abs(m - sum(responses) / len(responses)) < 1e-6 for m in means), means
 
     job_id = re.search(r"job ([0-9a-f]{32})", out).group(1)
     shown = run_cli(["jobs", job_id], cli_env).stdout
