@@ -29,6 +29,7 @@ from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
 from autotuner.summary import JobSummary, Runs, front, hosts_line, runs_of
+from autotuner.verl_results import runs_phrase
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
@@ -128,8 +129,7 @@ def _verl_line(number: int, verified: dict[str, Any]) -> str:
     if median is None:
         why = verified.get("error") or ""
         return f"  trial {number:>3}  verl     not measured ({verified['status']}): {why}"
-    ok = verified["ok_runs"]
-    runs = f"median of {ok} runs, spread {verified.get('spread_pct') or 0:.1f}%" if ok >= 2 else "1 run"
+    runs = runs_phrase(verified)
     errors = ", ".join(f"{k} {v:+.1f}%" for k, v in verified.get("prediction_error_pct", {}).items())
     return f"  trial {number:>3}  verl     {median:10.1f} tok/s/GPU ({runs}); trial off by: {errors or 'n/a'}"
 
@@ -240,6 +240,9 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         say(_verl_line(number, verified))
     say(_best_line(summary, chosen.device))
     say(f"winner picked by {summary.winner_source}")
+    verl_gain = summary.verl_gain_line()
+    if verl_gain:
+        say(verl_gain)
     say(summary.noise_line())
     hosts = summary.hosts_line()
     if hosts:
@@ -376,6 +379,9 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
     winner = view.best
     if winner is not None:
         say(f"winner: trial {winner.number}, picked by {view.picked_by}")
+        verl_gain = view.summary.verl_gain_line()
+        if verl_gain:
+            say(verl_gain)
 
 
 @app.command()
@@ -406,6 +412,9 @@ def verify(
     winner = view.best
     if winner is not None:
         say(f"winner: trial {winner.number}, picked by {view.picked_by}")
+        verl_gain = view.summary.verl_gain_line()
+        if verl_gain:
+            say(verl_gain)
 
 
 @app.command()

@@ -24,11 +24,11 @@ from typing import Any
 
 from autotuner.knobs import R
 from autotuner.memory import ADOPTED_PHASES
-from autotuner.noise import Noise, Verdict, compare, tie_band_pct
+from autotuner.noise import Noise, Verdict, compare, tie_band_pct, versus
 from autotuner.pareto import ObjectiveFn, pareto_front
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.verl_results import VerlVerdict, summary_of, verl_medians
+from autotuner.verl_results import VerlVerdict, runs_phrase, summary_of, verl_compare, verl_medians
 from trials.device import host_kinds
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
@@ -288,8 +288,16 @@ class JobSummary:
     winner_source: str = "trials"
     # budget.verify_in_verl as the job's runner resolved it (its default depends on the host).
     verify_in_verl: int = 0
-    # The winner's verl-measured median over verl's defaults' (both verified in verl).
+    # The winner's verl-measured median over verl's defaults' (both verified in verl), faster,
+    # slower or a tie inside the band of their verl noises (``verl_results.verl_compare``).
     verl_gain_over_baseline: float | None = None
+    verl_gain_verdict: str | None = None
+    verl_gain_band_pct: float | None = None
+    # Verified trials whose verl median ties the winner's (each pair judged in its own band),
+    # and the widest of those bands.
+    verl_tied_with: list[int] = field(default_factory=list)
+    verl_tie_bands_pct: list[float] = field(default_factory=list)  # each tie's band, in order
+    verl_tie_band_pct: float | None = None
     verl: dict[int, dict[str, Any]] = field(default_factory=dict)
     # The runs by the kind of host they ran on (``hosts_of``).
     hosts: dict[str, int] = field(default_factory=dict)
@@ -310,9 +318,15 @@ class JobSummary:
         verified = self.verl.get(self.best) if self.winner_source == "verl" else None
         in_verl = (
             f"; picked in verl: {verified['throughput_median']:.1f} tok/s/GPU measured in verl"
+            f" ({runs_phrase(verified)})"
             if verified is not None and verified.get("throughput_median") is not None
             else ""
         )
+        if in_verl and self.verl_tied_with:
+            in_verl += (
+                f", tied in verl with {self.verl_tied_with} inside the "
+                f"{self.verl_tie_band_pct or 0:.1f}% noise band"
+            )
         return f"trial {self.best}: {self.best_throughput:.1f} tok/s/GPU{runs}{tied}{in_verl}"
 
     def cost_line(self) -> str:
@@ -343,6 +357,39 @@ class JobSummary:
                 f"after {cost:.0f} ({cost / 60:.1f} GPU-minutes)"
             )
         return line
+
+    def verl_verdicts(self) -> list[str]:
+        """What verl said of the winner it picked, inside verl's noise: against verl's
+        defaults, and against the other verified trials it ties (or that it beat them all);
+        empty unless verl picked it."""
+        if self.winner_source != "verl" or self.best is None:
+            return []
+        parts = []
+        tied = dict(zip(self.verl_tied_with, self.verl_tie_bands_pct, strict=False))
+        if self.verl_gain_over_baseline is not None and self.best != self.baseline:
+            parts.append(
+                versus(
+                    self.verl_gain_over_baseline,
+                    self.verl_gain_verdict,
+                    self.verl_gain_band_pct or 0.0,
+                    "verl's defaults",
+                )
+            )
+            if self.baseline is not None:
+                tied.pop(self.baseline, None)  # said just now
+        if tied:
+            names = f"trial {next(iter(tied))}" if len(tied) == 1 else f"trials {', '.join(map(str, tied))}"
+            parts.append(f"ties {names} inside the {max(tied.values()):.1f}% noise band")
+        elif not self.verl_tied_with and any(
+            n != self.best and v.get("throughput_median") for n, v in self.verl.items()
+        ):
+            parts.append("faster than every other trial verl measured, beyond their noise")
+        return parts
+
+    def verl_gain_line(self) -> str | None:
+        """``verl_verdicts`` in one line for the CLI; None when there is nothing to say."""
+        parts = self.verl_verdicts()
+        return f"in verl, trial {self.best}: " + "; ".join(parts) if parts else None
 
     def noise_line(self) -> str:
         """The job's noise and tie band, for the CLI and logs."""
@@ -442,7 +489,9 @@ def summarize(
         if winner.n >= 2:
             out.best_throughput_range = [winner.low, winner.high]
             out.best_spread_pct = winner.spread_pct
-    medians = verl_medians(verl or {})
+    verdicts = verl or {}
+    medians = verl_medians(verdicts)
+    floor = spec.budget.noise_band_pct
     if (
         winner is not None
         and base is not None
@@ -450,6 +499,18 @@ def summarize(
         and winner.trial.number in medians
     ):
         out.verl_gain_over_baseline = medians[winner.trial.number] / medians[base.number]
+        judged = verl_compare(verdicts[winner.trial.number], verdicts[base.number], floor)
+        if judged is not None:
+            out.verl_gain_verdict, out.verl_gain_band_pct = str(judged[0]), judged[1]
+    if winner is not None and source == "verl":
+        picked = verdicts[winner.trial.number]
+        bands = {}
+        for number, other in sorted(verdicts.items()):
+            judged = verl_compare(picked, other, floor) if number != winner.trial.number else None
+            if judged is not None and judged[0] is Verdict.TIE:
+                bands[number] = judged[1]
+        out.verl_tied_with, out.verl_tie_bands_pct = list(bands), list(bands.values())
+        out.verl_tie_band_pct = max(bands.values()) if bands else None
     if base is not None:
         out.baseline = base.number
         base_runs = runs.get(base.number)

@@ -2,8 +2,12 @@
 
 Each verl run (``trials.verl``) yields verl's own per-step metrics and their medians over the
 measured steps (``VerlRunResult.measured``). A trial's ``VerlVerdict`` joins its runs: the
-median and spread of ``perf/throughput`` over the runs that finished, the per-phase medians,
-the largest peak memory, the versions. Its prediction error compares the trial's own figures
+median and spread of ``perf/throughput`` over the runs that finished, the spread of their
+measured steps (each step runs the batch the trials ran: ``VerlRunSpec.repeat_batch``, so the
+steps are repeats of one measurement), the per-phase medians, the largest peak memory, the
+versions. Its noise is the wider of its runs' and its steps' spreads; two verdicts tie when
+their medians are inside the wider of their noises or the job's assumed floor
+(``budget.noise_band_pct``; ``autotuner.noise``). Its prediction error compares the trial's own figures
 with verl's, phase by phase (``PHASE_KEYS``) and for step throughput: ``(trial - verl) /
 verl`` in percent, so +10 means the trial predicted 10% more than verl measured.
 
@@ -21,6 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotuner.noise import Noise, Verdict, compare, spread_pct, tie_band_pct
 from autotuner.records import TrialRecord
 from trials.metrics import THROUGHPUT
 from trials.step import as_verl_timers
@@ -79,6 +84,29 @@ class VerlVerdict:
             return None
         return 100.0 * (max(values) - min(values)) / median
 
+    @property
+    def step_throughputs(self) -> list[float]:
+        """``perf/throughput`` of every measured step (after its run's warm-up) of the runs
+        that finished, run after run."""
+        return [
+            step[VERL_THROUGHPUT]
+            for r in self.ok_runs
+            for step in r.steps[r.warmup_steps :]
+            if VERL_THROUGHPUT in step
+        ]
+
+    @property
+    def steps_spread_pct(self) -> float | None:
+        """(max - min) / median over the measured steps, in percent; None below two steps."""
+        return spread_pct(self.step_throughputs)
+
+    @property
+    def noise_pct(self) -> float | None:
+        """The verdict's own noise: the wider of its runs' and its steps' spreads (None when
+        neither has two figures)."""
+        spreads = [s for s in (self.spread_pct, self.steps_spread_pct) if s is not None]
+        return max(spreads) if spreads else None
+
     def medians(self) -> dict[str, float]:
         """verl's step, phases and throughput: each the median over the finished runs."""
         out = {}
@@ -109,9 +137,7 @@ class VerlVerdict:
             last = self.runs[-1] if self.runs else None
             why = f": {last.error_type}" if last is not None and last.error_type else ""
             return f"not measured in verl ({self.status}{why})"
-        n = len(self.ok_runs)
-        runs = f"median of {n} runs, spread {self.spread_pct or 0:.1f}%" if n >= 2 else "1 run"
-        return f"{self.median:.1f} tok/s/GPU in verl ({runs})"
+        return f"{self.median:.1f} tok/s/GPU in verl ({runs_phrase(summary_of(self, None, None))})"
 
 
 def prediction_error_pct(
@@ -161,6 +187,9 @@ def summary_of(
         "throughput_low": min(verdict.throughputs, default=None),
         "throughput_high": max(verdict.throughputs, default=None),
         "spread_pct": verdict.spread_pct,
+        "steps": len(verdict.step_throughputs),
+        "steps_spread_pct": verdict.steps_spread_pct,
+        "noise_pct": verdict.noise_pct,
         "medians": verdict.medians(),
         "peak_memory_gb": verdict.peak_memory_gb(),
         "versions": verdict.versions(),
@@ -172,3 +201,23 @@ def summary_of(
             (f"{r.error_type}: {r.error_message}" for r in reversed(verdict.runs) if r.error_type), None
         ),
     }
+
+
+def runs_phrase(verified: dict[str, Any]) -> str:
+    """How a verdict (``summary_of``'s data) was measured, for a person: ``1 run, 3 steps,
+    spread 18.1%`` or ``median of 2 runs, spread 1.2%; 6 steps, spread 4.0%``."""
+    ok, steps = verified.get("ok_runs", 0), verified.get("steps") or 0
+    step_spread = verified.get("steps_spread_pct")
+    on_steps = f"{steps} steps, spread {step_spread:.1f}%" if step_spread is not None else f"{steps} steps"
+    if ok >= 2:
+        return f"median of {ok} runs, spread {verified.get('spread_pct') or 0:.1f}%; {on_steps}"
+    return f"1 run, {on_steps}" if steps else "1 run"
+
+
+def verl_compare(a: VerlVerdict, b: VerlVerdict, floor_pct: float) -> tuple[Verdict, float] | None:
+    """How ``a``'s verl-measured median compares with ``b``'s, and the band it was judged in
+    (the wider of their noises, at least ``floor_pct``); None when either has no median."""
+    if a.median is None or b.median is None:
+        return None
+    band = tie_band_pct(Noise(floor_pct), a.noise_pct, b.noise_pct)
+    return compare(a.median, b.median, band), band

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from autotuner.noise import Verdict
 from autotuner.records import TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
-from autotuner.summary import Runs, runs_of, summarize
+from autotuner.summary import JobSummary, Runs, runs_of, summarize
+from autotuner.verl_results import VerlVerdict
 from storage import JobRecord, JobStatus
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
@@ -72,6 +73,19 @@ class VerlPublic(BaseModel):
     throughput_low: float | None
     throughput_high: float | None
     spread_pct: float | None = Field(description="(high - low) / median, in percent; None below 2 runs.")
+    steps: int = Field(
+        default=0,
+        description="Measured steps (after each run's warm-up) of the finished runs; each step "
+        "runs the batch the trials ran, so they repeat one measurement.",
+    )
+    steps_spread_pct: float | None = Field(
+        default=None, description="(high - low) / median of the steps' perf/throughput, in percent."
+    )
+    noise_pct: float | None = Field(
+        default=None,
+        description="The wider of spread_pct and steps_spread_pct: the band this figure is "
+        "compared within (with budget.noise_band_pct as its floor).",
+    )
     medians: dict[str, float] = Field(
         description="verl's perf/throughput, timing_s/step, timing_s/gen, timing_s/old_log_prob, "
         "timing_s/ref, timing_s/update_actor and timing_s/update_weights (the weight sync): "
@@ -92,6 +106,42 @@ class VerlPublic(BaseModel):
     @classmethod
     def of(cls, summary: dict[str, Any] | None) -> VerlPublic | None:
         return None if summary is None else cls(**{k: v for k, v in summary.items() if k != "trial"})
+
+
+class VerlPickPublic(BaseModel):
+    """The winner verl picked, judged inside verl's noise (``autotuner.verl_results``)."""
+
+    trial: int
+    over_defaults: float | None = Field(
+        description="Its verl-measured median over verl's defaults' (both verified); None otherwise."
+    )
+    verdict: Literal["faster", "slower", "tie"] | None = Field(
+        description="Against verl's defaults in verl: a tie when the gap is inside band_pct."
+    )
+    band_pct: float | None = Field(
+        description="The band it was judged in: the wider of the two verl noises, at least "
+        "budget.noise_band_pct."
+    )
+    tied_with: list[int] = Field(
+        description="Other verified trials whose verl median is inside the band of the winner's."
+    )
+    tie_band_pct: float | None = Field(description="The widest band of those ties; None without one.")
+    summary: str = Field(description="The same in words, as the CLI and the job's page say it.")
+
+    @classmethod
+    def of(cls, summary: JobSummary) -> VerlPickPublic | None:
+        parts = summary.verl_verdicts()
+        if not parts or summary.best is None:
+            return None
+        return cls(
+            trial=summary.best,
+            over_defaults=summary.verl_gain_over_baseline if summary.best != summary.baseline else None,
+            verdict=summary.verl_gain_verdict if summary.best != summary.baseline else None,  # type: ignore[arg-type]
+            band_pct=summary.verl_gain_band_pct if summary.best != summary.baseline else None,
+            tied_with=summary.verl_tied_with,
+            tie_band_pct=summary.verl_tie_band_pct,
+            summary="; ".join(parts),
+        )
 
 
 class BestTrialPublic(BaseModel):
@@ -174,6 +224,11 @@ class JobPublic(BaseModel):
     elapsed_s: float | None = Field(description="Since the job first started; None if queued.")
     eta_s: float | None = Field(description="Estimated time to finish; None unless running.")
     best: BestTrialPublic | None
+    verl_pick: VerlPickPublic | None = Field(
+        default=None,
+        description="When verl picked the winner: it against verl's defaults and the other "
+        "verified trials, inside verl's noise.",
+    )
     noise: NoisePublic | None = Field(default=None, description="The job's measured noise and tie band.")
     baselines: list[BaselinePublic] = Field(
         default_factory=list, description="Its baselines against the winner, ties called as ties."
@@ -229,8 +284,10 @@ class JobPublic(BaseModel):
         picked_by: str = "trials",
         verl: dict[int, dict[str, Any]] | None = None,
         listed: bool = False,
+        verdicts: dict[int, VerlVerdict] | None = None,
     ) -> JobPublic:
-        """The job; with its ``spec``, its noise and its baselines against the winner too.
+        """The job; with its ``spec``, its noise and its baselines against the winner too, and
+        with its ``verdicts`` (verl's runs), the winner verl picked inside verl's noise.
         ``listed``: as a listing shows it, without the stored spec (whose size is the
         submitter's)."""
         now = now or datetime.now(timezone.utc)
@@ -243,9 +300,10 @@ class JobPublic(BaseModel):
             eta = elapsed / done * max(job.trials_total - done, 0)
         runs = runs_of(records)
         noise, baselines, cost, cost_to_best, tied, cost_to_tie = None, [], None, None, None, None
-        own, cost_to_own, hosts = None, None, {}
+        own, cost_to_own, hosts, verl_pick = None, None, {}, None
         if spec is not None:
-            summary = summarize(spec, records, "")
+            summary = summarize(spec, records, "", verdicts)
+            verl_pick = VerlPickPublic.of(summary)
             hosts = summary.hosts
             cost, cost_to_best = summary.gpu_seconds, summary.gpu_seconds_to_best
             tied, cost_to_tie = summary.first_tied, summary.gpu_seconds_to_tie
@@ -287,6 +345,7 @@ class JobPublic(BaseModel):
             best=None
             if best is None
             else BestTrialPublic.of(best, runs.get(best.number), picked_by, (verl or {}).get(best.number)),
+            verl_pick=verl_pick,
             noise=noise,
             baselines=baselines,
             gpu_seconds=cost,

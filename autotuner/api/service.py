@@ -25,7 +25,7 @@ from autotuner.export import to_overrides, to_yaml, verl_config
 from autotuner.jobs import JobContext, verify_finished
 from autotuner.records import MEMORY_CAP, TrialRecord, record_of
 from autotuner.spec import JobSpec, error_loc, read_stored_spec
-from autotuner.summary import Runs, best, front, pick, runs_of, verified_summaries
+from autotuner.summary import JobSummary, Runs, best, front, pick, runs_of, summarize, verified_summaries
 from autotuner.verification import Launch, stored_verdicts
 from autotuner.verl_check import VerlChecker
 from autotuner.verl_results import VerlVerdict
@@ -67,6 +67,11 @@ class JobView:
     def picked_by(self) -> str:
         """verl when the winner is the best verl-measured median, else trials."""
         return pick(self.spec, self.records, verl=self.verl)[2]
+
+    @property
+    def summary(self) -> JobSummary:
+        """The job's summary from its trials and verl runs as they stand now."""
+        return summarize(self.spec, self.records, self.job.stop_reason or str(self.job.status), self.verl)
 
     @property
     def verified(self) -> dict[int, dict[str, Any]]:

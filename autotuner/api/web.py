@@ -36,6 +36,7 @@ from autotuner.api.service import JobService, JobView
 from autotuner.records import INFEASIBLE_STATUSES, TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.summary import Runs, front, runs_of, summarize
+from autotuner.verl_results import runs_phrase
 from storage import JobNotFoundError
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 
@@ -193,7 +194,14 @@ def _render(
 def _public(request: Request, view: JobView) -> JobPublic:
     url = str(request.url_for("get_job", job_id=view.job.id))
     return JobPublic.of(
-        view.job, url, view.records, view.best, spec=view.spec, picked_by=view.picked_by, verl=view.verified
+        view.job,
+        url,
+        view.records,
+        view.best,
+        spec=view.spec,
+        picked_by=view.picked_by,
+        verl=view.verified,
+        verdicts=view.verl,
     )
 
 
@@ -264,8 +272,14 @@ def runs_note(best: Any) -> str:
     return f"(median of {runs.runs}, spread {runs.spread_pct or 0:.1f}%)"
 
 
+def verl_runs_note(verl: Any) -> str:
+    """How a verl figure was measured (``1 run, 3 steps, spread 18.1%``), from ``VerlPublic``."""
+    return runs_phrase(verl.model_dump())
+
+
 templates.env.globals.update(
     runs_note=runs_note,
+    verl_runs_note=verl_runs_note,
     static_url=static_url,
     fmt=fmt,
     duration=duration,

@@ -98,7 +98,7 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
-from benchmarks.claims.verify import verify_in_verl
+from benchmarks.claims.verify import GPU_VERIFY, GPU_VERIFY_SAME_BATCH, verify_in_verl
 from benchmarks.claims.verl_clock import verl_clock, verl_clock_passes, verl_clock_transformers
 from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
 from benchmarks.claims.verl_lanes import (
@@ -242,7 +242,8 @@ CLAIMS: list[Claim] = [
     Claim("verl-batching-entries", verl_batching_entries),
     Claim("verl-three", verl_three),
     Claim("verl-three-headline", verl_three_headline),
-    Claim("verify-in-verl", verify_in_verl),
+    Claim("verify-in-verl", verify_in_verl(GPU_VERIFY)),
+    Claim("verify-in-verl-same-batch", verify_in_verl(GPU_VERIFY_SAME_BATCH)),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("job-top", job_top),

@@ -4,9 +4,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from autotuner.noise import spread_pct
 from benchmarks.claims.data import Line, f1, generated_from, job_of, load, table
 
 GPU_VERIFY = "results/gpu-verify-qwen2.5-0.5b-h100.json"
+# The same test job, every verl step on the trials' batch (``VerlRunSpec.repeat_batch``).
+GPU_VERIFY_SAME_BATCH = "results/gpu-verify-qwen2.5-0.5b-h100-same-batch.json"
 # The trial's error per phase against verl's, as ``autotuner.verl_results.prediction_error_pct``
 # names them, and the column each gets.
 PHASES = {
@@ -24,48 +29,82 @@ def _signed(value: float | None) -> str:
     return "" if value is None else f"{value:+.1f}%"
 
 
-def verify_in_verl() -> list[Line]:
-    """One row per verified trial: its config's name, the trial's throughput, verl's median
-    (with its runs), and the trial's error per phase against verl; then the winner."""
-    rel = GPU_VERIFY
-    job = job_of(rel)
-    trials = {t["number"]: t for t in job["trials"] if t.get("repeat_of") is None}
-    rows = []
-    for key, verdict in sorted(job["verl"].items(), key=lambda kv: int(kv[0])):
-        number = int(key)
-        trial = trials[number]
-        errors = verdict["prediction_error_pct"]
-        cells = [
-            f"{number} ({trial['baseline'] or 'searched'})",
-            f1(trial["metrics"]["throughput_tokens_per_s_per_gpu"]),
-            f"{f1(verdict['throughput_median'])} ({verdict['ok_runs']} of {verdict['runs']} runs ok)",
-            *(_signed(errors.get(phase)) for phase in PHASES),
-        ]
-        rows.append((cells, (f"{rel}#{number}",)))
-    header = ["trial (config)", "trial tok/s/GPU", "verl tok/s/GPU"]
-    header += [f"{label} error" for label in PHASES.values()]
-    summary = job["summary"]
-    best = summary["best"]
-    versions = next(iter(job["verl"].values()))["versions"]
-    software = trials[best]["software"]
-    return table(header, rows) + [
-        Line(""),
-        Line(
-            f"Winner: trial {best} ({trials[best]['baseline'] or 'searched'}), picked by "
-            f"{summary['winner_source']}. Errors are (trial - verl) / verl: a phase's time, or "
-            "the step's throughput. A config verified once has no measured spread in verl.",
-            (f"{rel}#{best}",),
-        ),
-        Line(""),
-        Line(
-            f"Device: {software['gpu']}, driver {software['driver']}, CUDA {software['cuda']}; "
-            f"trials: torch {software['torch']}, vLLM {software['vllm']}, transformers "
-            f"{software['transformers']}; verl {versions['verl']} with torch {versions['torch']}, "
-            f"vLLM {versions['vllm']}, transformers {versions['transformers']}.",
-            (rel,),
-        ),
-        Line(""),
-        Line(f"Command: {load(rel)['command']}", (rel,)),
-        Line(""),
-        generated_from(rel),
-    ]
+def _steps(rel: str) -> list[Line]:
+    """verl's measured steps of each run (after its warm-up): throughput, the rollout's
+    seconds and the step's tokens, and their spread, where the file keeps them."""
+    runs = job_of(rel).get("verl_runs")
+    if not runs:
+        return []
+    lines = [Line(""), Line("verl's measured steps, run by run (after the warm-up):"), Line("")]
+    for run in runs:
+        measured = run["steps"][run["warmup_steps"] :]
+        rates = [s["perf/throughput"] for s in measured]
+        gens = ", ".join(f"{s['timing_s/gen']:.2f}" for s in measured)
+        tokens = sorted({int(s["perf/total_num_tokens"]) for s in measured})
+        lines.append(
+            Line(
+                f"- trial {run['trial']}, round {run['round']}: "
+                f"{', '.join(f1(r) for r in rates)} tok/s/GPU (spread {spread_pct(rates) or 0:.1f}%); "
+                f"rollout (`timing_s/gen`) {gens} s; {', '.join(map(str, tokens))} tokens a step",
+                (f"{rel}#{run['trial']}",),
+            )
+        )
+    return lines
+
+
+def verify_in_verl(rel: str) -> Callable[[], list[Line]]:
+    """One row per verified trial of the dump ``rel``: its config's name, the trial's
+    throughput, verl's median (with its runs), and the trial's error per phase against verl;
+    then the winner, verl's steps where the file keeps them, the software and the command."""
+
+    def build() -> list[Line]:
+        job = job_of(rel)
+        trials = {t["number"]: t for t in job["trials"] if t.get("repeat_of") is None}
+        rows = []
+        for key, verdict in sorted(job["verl"].items(), key=lambda kv: int(kv[0])):
+            number = int(key)
+            trial = trials[number]
+            errors = verdict["prediction_error_pct"]
+            cells = [
+                f"{number} ({trial['baseline'] or 'searched'})",
+                f1(trial["metrics"]["throughput_tokens_per_s_per_gpu"]),
+                f"{f1(verdict['throughput_median'])} ({verdict['ok_runs']} of {verdict['runs']} runs ok)",
+                *(_signed(errors.get(phase)) for phase in PHASES),
+            ]
+            rows.append((cells, (f"{rel}#{number}",)))
+        header = ["trial (config)", "trial tok/s/GPU", "verl tok/s/GPU"]
+        header += [f"{label} error" for label in PHASES.values()]
+        summary = job["summary"]
+        best = summary["best"]
+        versions = next(iter(job["verl"].values()))["versions"]
+        software = trials[best]["software"]
+        return (
+            table(header, rows)
+            + [
+                Line(""),
+                Line(
+                    f"Winner: trial {best} ({trials[best]['baseline'] or 'searched'}), picked by "
+                    f"{summary['winner_source']}. Errors are (trial - verl) / verl: a phase's time, or "
+                    "the step's throughput. A config verified once has no run-to-run spread in verl; "
+                    "its measured steps' spread is its noise.",
+                    (f"{rel}#{best}",),
+                ),
+            ]
+            + _steps(rel)
+            + [
+                Line(""),
+                Line(
+                    f"Device: {software['gpu']}, driver {software['driver']}, CUDA {software['cuda']}; "
+                    f"trials: torch {software['torch']}, vLLM {software['vllm']}, transformers "
+                    f"{software['transformers']}; verl {versions['verl']} with torch {versions['torch']}, "
+                    f"vLLM {versions['vllm']}, transformers {versions['transformers']}.",
+                    (rel,),
+                ),
+                Line(""),
+                Line(f"Command: {load(rel)['command']}", (rel,)),
+                Line(""),
+                generated_from(rel),
+            ]
+        )
+
+    return build

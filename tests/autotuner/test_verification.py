@@ -210,7 +210,16 @@ def test_a_verdict_takes_medians_over_runs_and_shows_the_error_per_phase() -> No
         "perf/max_memory_reserved_gb": 34.0,
     }
     assert verdict.versions()["verl"] == "0.9.1"
-    assert verdict.describe() == "2100.0 tok/s/GPU in verl (median of 2 runs, spread 9.5%)"
+    # The measured steps (warm-ups left out), pooled over the runs, are its other spread.
+    assert verdict.step_throughputs == [1900.0, 2100.0, 2000.0, 2150.0, 2250.0, 2200.0]
+    assert verdict.steps_spread_pct == pytest.approx(100 * 350 / 2125)
+    assert verdict.noise_pct == verdict.steps_spread_pct  # the wider of the two
+    assert verdict.describe() == (
+        "2100.0 tok/s/GPU in verl (median of 2 runs, spread 9.5%; 6 steps, spread 16.5%)"
+    )
+    one = VerlVerdict(3, [runs[0]])
+    assert one.spread_pct is None and one.noise_pct == pytest.approx(100 * 200 / 2000)
+    assert one.describe() == "2000.0 tok/s/GPU in verl (1 run, 3 steps, spread 10.0%)"
 
     trial = _trial(3, 2310.0)
     trial.phase_timings_s = {"rollout": 12.0, "old_log_prob": 1.0, "ref_log_prob": 1.5, "weight_sync": 0.6}
@@ -262,10 +271,53 @@ def test_the_best_verl_median_wins_once_a_verified_run_finished() -> None:
     assert summary.verl[2]["prediction_error_pct"]["throughput"] == pytest.approx(100 * (2800 - 2400) / 2400)
     assert "picked in verl: 2400.0 tok/s/GPU measured in verl" in summary.best_line()
 
+    # Steady steps: no noise of their own, so the job's floor band decides; far apart: faster.
+    assert summary.verl_gain_verdict == "faster" and summary.verl_tied_with == []
+    assert summary.verl_gain_band_pct == spec.budget.noise_band_pct
+    assert summary.verl_gain_line() == (
+        "in verl, trial 2: 2.67x verl's defaults; "
+        "faster than every other trial verl measured, beyond their noise"
+    )
+
     failed = {1: VerlVerdict(1, [VerlRunResult("f", "error", error_type="VerlRunFailed")])}
     summary = summarize(spec, recs, "done", failed)
     assert (summary.best, summary.winner_source) == (1, "trials")  # no verified run finished
     assert summary.verl[1]["status"] == "error" and summary.verl[1]["throughput_median"] is None
+
+
+def test_verl_medians_inside_verls_own_noise_are_reported_as_ties() -> None:
+    """Trial 2 has the best verl median, but trial 1's steps spread 12.5% and its median is
+    within that of trial 2's: a tie. Over verl's defaults, 1.10x inside the defaults' own 20%
+    spread is a tie too. Nothing changes the pick: the best verl median still wins."""
+    spec = parse_job_spec(_job())
+    assert spec.budget.noise_band_pct < 10
+    recs = [_trial(0, 1000.0, 30.0, baseline="verl-v0.9-defaults"), _trial(1, 3000.0), _trial(2, 2800.0)]
+    verl = verdicts_of(
+        [
+            (0, _run("d", [0.0, 2000.0, 1800.0, 2200.0])),  # spread 20%
+            (1, _run("x", [0.0, 2000.0, 2100.0, 2250.0])),  # spread 250 / 2100 = 11.9%
+            (2, _run("y", [0.0, 2200.0, 2200.0, 2200.0])),
+            (0, _run("d2", [0.0, 2000.0, 2000.0, 2000.0])),
+        ]
+    )
+    summary = summarize(spec, recs, "done", verl)
+    assert (summary.best, summary.winner_source) == (2, "verl")
+    assert summary.verl_gain_over_baseline == pytest.approx(1.1)
+    assert summary.verl_gain_verdict == "tie"
+    assert summary.verl_gain_band_pct == pytest.approx(verl[0].noise_pct) == pytest.approx(20.0)
+    assert summary.verl_tied_with == [0, 1]
+    assert summary.verl_tie_band_pct == pytest.approx(20.0)
+    line = summary.verl_gain_line()
+    assert line == (
+        "in verl, trial 2: ties verl's defaults (1.10x, inside the 20.0% noise band); "
+        "ties trial 1 inside the 11.9% noise band"
+    )
+    assert "tied in verl with [0, 1] inside the 20.0% noise band" in summary.best_line()
+    # Steadier steps beside the defaults' own: 10% apart is then beyond the band.
+    verl[0] = VerlVerdict(0, [_run("d3", [0.0, 2000.0, 2000.0, 2000.0])])
+    verl[1] = VerlVerdict(1, [_run("x2", [0.0, 1900.0, 1900.0, 1900.0])])
+    summary = summarize(spec, recs, "done", verl)
+    assert (summary.verl_gain_verdict, summary.verl_tied_with) == ("faster", [])
 
 
 # --------------------------------------------------------------------------- verl's own logger

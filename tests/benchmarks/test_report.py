@@ -167,3 +167,41 @@ def test_the_report_names_the_first_trial_inside_the_winners_tie_band() -> None:
     ), line
     # Without a band (older data files) nothing is claimed.
     assert first_tied(trials, dict(summary, tie_band_pct=None)) is None
+
+
+def test_dump_results_keeps_each_verl_run_step_by_step(tmp_path, monkeypatch) -> None:
+    """From the database of the GPU verification run of 2026-12-06 16:36 UTC (every verl step
+    on the trials' batch): each stored verl run comes back with every step verl logged, and the
+    verdicts' medians are those steps' medians after the warm-up."""
+    import shutil
+    import sqlite3
+
+    from autotuner.settings import get_settings
+    from benchmarks.gpu import dump_results
+
+    db = REPO / "benchmarks/results/logs/2026-12-06-h100-verify-in-verl-3/gpu-verify.db"
+    shutil.copy(db, tmp_path / "autotuner.db")
+    monkeypatch.setenv("AUTOTUNER_DATA_DIR", str(tmp_path))
+    monkeypatch.delenv("AUTOTUNER_DATABASE_URL", raising=False)
+    get_settings.cache_clear()
+    try:
+        dump_results.main(str(tmp_path / "out.json"), ["the", "command"])
+    finally:
+        get_settings.cache_clear()
+    (job,) = json.loads((tmp_path / "out.json").read_text())["jobs"]
+    with sqlite3.connect(db) as conn:
+        stored = conn.execute("SELECT trial_number, round, result FROM verl_runs ORDER BY id").fetchall()
+    assert (
+        [(r["trial"], r["round"]) for r in job["verl_runs"]]
+        == [(t, r) for t, r, _ in stored]
+        == [(0, 0), (1, 0)]
+    )
+    for run, (_, _, result) in zip(job["verl_runs"], stored, strict=True):
+        logged = json.loads(result)["steps"]
+        assert run["status"] == "ok" and run["warmup_steps"] == 1 and len(run["steps"]) == len(logged) == 4
+        assert [s["timing_s/gen"] for s in run["steps"]] == [s["timing_s/gen"] for s in logged]
+        assert {s["perf/total_num_tokens"] for s in run["steps"]} == {5453.0}  # the trials' batch
+        verdict = job["verl"][str(run["trial"])]
+        for key in ("perf/throughput", "timing_s/gen", "timing_s/update_actor"):
+            measured = [s[key] for s in run["steps"][run["warmup_steps"] :]]
+            assert verdict["medians"][key] == pytest.approx(statistics.median(measured))

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import markupsafe
 import optuna
 import pytest
 import ray
@@ -149,6 +150,25 @@ def test_verified_trials_are_recorded_and_shown_everywhere(
         poll = t.get("rollout_poll", replay_poll_wait_s(t["rollout"]))
         assert errors["rollout"] == pytest.approx(100 * (t["rollout"] + poll - gen) / gen)
     assert all(t["verl"] is None for n, t in trials.items() if n not in chosen)
+    # verl's own noise: each verdict's measured steps (2 runs of verify_steps - 1), and the
+    # winner against the others inside the wider of two verdicts' noises (or the floor).
+    verls = {n: trials[n]["verl"] for n in chosen}
+    for verl in verls.values():
+        assert verl["steps"] == 2 * (spec.budget.verify_steps - 1)
+        assert verl["noise_pct"] == max(verl["spread_pct"], verl["steps_spread_pct"])
+    verl_pick = client.get(f"/v1/jobs/{job.id}").json()["verl_pick"]
+    assert verl_pick["trial"] == verl_best and verl_pick["summary"]
+    top = verls[verl_best]
+    for number in chosen:
+        if number == verl_best:
+            continue
+        band = max(spec.budget.noise_band_pct, top["noise_pct"], verls[number]["noise_pct"])
+        gap = top["throughput_median"] - verls[number]["throughput_median"]
+        assert (number in verl_pick["tied_with"]) == (gap <= top["throughput_median"] * band / 100)
+    defaults = verls[source.chosen[0].number]
+    assert verl_pick["over_defaults"] == pytest.approx(
+        top["throughput_median"] / defaults["throughput_median"]
+    )
     best = client.get(f"/v1/jobs/{job.id}/best").json()
     assert best["number"] == verl_best and best["verl"]["ok_runs"] == 2
 
@@ -161,6 +181,7 @@ def test_verified_trials_are_recorded_and_shown_everywhere(
     assert page.count('class="tag verl-tag"') == len(chosen)
     assert "verl tokens/s/GPU" in page and "verl prediction error %" in page
     assert "fastest in verl" in page and "picked by verl" in page
+    assert str(markupsafe.escape(verl_pick["summary"])) in page  # as the page escapes it
 
     # The CLI's report of the job, from the same database.
     from typer.testing import CliRunner
@@ -180,6 +201,7 @@ def test_verified_trials_are_recorded_and_shown_everywhere(
     assert f"{medians[verl_best]:10.1f} tok/s/GPU (median of 2 runs" in report.output
     assert "trial off by: rollout" in report.output
     assert f"winner: trial {verl_best}, picked by verl" in report.output
+    assert f"in verl, trial {verl_best}: {verl_pick['summary']}" in report.output
 
     # `autotuner verify JOB --trial N` through the service: a finished job only; then two
     # more runs, numbered after the ones it has.

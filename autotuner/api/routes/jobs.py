@@ -66,6 +66,7 @@ def _public(request: Request, view: JobView, listed: bool = False) -> JobPublic:
         picked_by=view.picked_by,
         verl=view.verified,
         listed=listed,
+        verdicts=view.verl,
     )
 
 
