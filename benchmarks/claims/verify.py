@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from autotuner.noise import spread_pct
+from autotuner.summary import JobSummary
 from benchmarks.claims.data import Line, f1, generated_from, job_of, load, table
 
 GPU_VERIFY = "results/gpu-verify-qwen2.5-0.5b-h100.json"
@@ -89,6 +90,8 @@ def verify_in_verl(rel: str) -> Callable[[], list[Line]]:
                     "its measured steps' spread is its noise.",
                     (f"{rel}#{best}",),
                 ),
+                Line(""),
+                Line(f"What the job says of it: {JobSummary(**summary).verl_gain_line()}.", (rel,)),
             ]
             + _steps(rel)
             + [

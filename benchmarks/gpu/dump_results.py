@@ -20,7 +20,7 @@ from autotuner.records import records
 from autotuner.settings import get_settings
 from autotuner.study import open_study
 from autotuner.summary import summarize, verified_summaries
-from autotuner.verification import VerlRunStore, stored_verdicts
+from autotuner.verification import VERIFY_IN_VERL, VerlRunStore, stored_verdicts
 from trials.failures import logged_cause
 
 # What ``verl_runs`` keeps of each step verl logged: throughput, tokens, the step and its phases.
@@ -78,6 +78,7 @@ def main(out: str, command: list[str]) -> None:
         store = VerlRunStore(ctx.database)
         verl = stored_verdicts(store, job.id)
         summary = summarize(spec, recs, job.stop_reason or job.status, verl)
+        summary.verify_in_verl = int(study.user_attrs.get(VERIFY_IN_VERL) or 0)  # as its runner resolved it
         doc["jobs"].append(
             {
                 "id": job.id,

@@ -189,6 +189,7 @@ def test_dump_results_keeps_each_verl_run_step_by_step(tmp_path, monkeypatch) ->
     finally:
         get_settings.cache_clear()
     (job,) = json.loads((tmp_path / "out.json").read_text())["jobs"]
+    assert job["summary"]["verify_in_verl"] == 1  # budget.verify_in_verl as the job's runner resolved it
     with sqlite3.connect(db) as conn:
         stored = conn.execute("SELECT trial_number, round, result FROM verl_runs ORDER BY id").fetchall()
     assert (
