@@ -9,10 +9,11 @@ spread and n of its runs and the step's composition; the best trial against each
 baseline, a tie when the gap is inside the band (``autotuner.noise``); the best trial per
 rollout TP size (when TP was searched); the trials that ran out of memory, by phase, with
 the GPU-seconds they cost (a trial's wall time, start-up included, times the GPUs it held);
-the GPU-seconds of the whole job, what it had spent once its winner first ran, once the
-earliest trial inside the winner's tie band did and, where that was one of verl's baselines,
-once the earliest of the search's own configs inside it did; and its measured trials per
-hour of wall-clock time.
+the trials it ran in verl itself, each against verl's measurement, and who picked the
+winner (verl's pick judged inside verl's noise); the GPU-seconds of the whole job, what it
+had spent once its winner first ran, once the earliest trial inside the winner's tie band
+did and, where that was one of verl's baselines, once the earliest of the search's own
+configs inside it did; and its measured trials per hour of wall-clock time.
 
 ``--compare``: the jobs side by side, one row per rollout engine (vLLM against SGLang on
 the same workload): what each tuning found and cost, then the configs both measured (the
@@ -30,6 +31,8 @@ from typing import Any
 
 from autotuner.compose import ENGINE_PHASES
 from autotuner.noise import Verdict, spread_pct
+from autotuner.summary import JobSummary
+from autotuner.verl_results import runs_phrase
 
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
@@ -282,6 +285,7 @@ def job_report(job: dict[str, Any]) -> list[str]:
             + (f" (n={b.get('runs', 1)}{spread})" if value else "")
             + versus_baseline(summary, b)
         )
+    lines += verl_lines(job)
     per_tp: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for t in trials:
         if t["status"] in ("ok", "oom", "error", "timeout"):
@@ -317,6 +321,34 @@ def job_report(job: dict[str, Any]) -> list[str]:
             f"({min(walls):.0f}-{max(walls):.0f} s each)"
         )
     lines.append("")
+    return lines
+
+
+def verl_lines(job: dict[str, Any]) -> list[str]:
+    """The trials the job ran in verl itself: verl's median with its runs, steps and spread,
+    the trial's error per phase; then who picked the winner and, where verl did, the winner
+    against verl's defaults and the other verified trials inside verl's noise."""
+    verified = job.get("verl") or {}
+    if not verified:
+        return []
+    baselines = {t["number"]: t["baseline"] for t in job["trials"]}
+    lines = ["", "In verl itself (each config's runs in verl's trainer, `budget.verify_in_verl`):", ""]
+    for key, v in sorted(verified.items(), key=lambda kv: int(kv[0])):
+        number = int(key)
+        name = f"trial {number}" + (f" ({baselines[number]})" if baselines.get(number) else "")
+        if v.get("throughput_median") is None:
+            lines.append(f"- {name}: not measured in verl ({v['status']}): {v.get('error') or ''}")
+            continue
+        errors = ", ".join(f"{k} {e:+.1f}%" for k, e in (v.get("prediction_error_pct") or {}).items())
+        lines.append(
+            f"- {name}: {v['throughput_median']:.0f} tok/s/GPU ({runs_phrase(v)}); "
+            f"the trial off by: {errors or 'n/a'}"
+        )
+    summary = JobSummary(**job["summary"])
+    lines += ["", f"Winner picked by {summary.winner_source}."]
+    said = summary.verl_gain_line()
+    if said:
+        lines[-1] += f" {said[0].upper()}{said[1:]}."
     return lines
 
 

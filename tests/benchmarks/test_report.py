@@ -206,3 +206,29 @@ def test_dump_results_keeps_each_verl_run_step_by_step(tmp_path, monkeypatch) ->
         for key in ("perf/throughput", "timing_s/gen", "timing_s/update_actor"):
             measured = [s[key] for s in run["steps"][run["warmup_steps"] :]]
             assert verdict["medians"][key] == pytest.approx(statistics.median(measured))
+
+
+def test_the_report_sets_each_verl_run_beside_its_trial_and_says_who_picked() -> None:
+    """The GPU verification job of 2026-12-06 16:36 UTC: both baselines ran in verl, whose two
+    medians lie inside the noise of verl's own steps, so the report names a tie, not a winner
+    faster in verl."""
+    from benchmarks.gpu.report import job_report
+
+    doc = json.loads((REPO / "benchmarks/results/gpu-verify-qwen2.5-0.5b-h100-same-batch.json").read_text())
+    (job,) = doc["jobs"]
+    lines = job_report(job)
+    start = lines.index("In verl itself (each config's runs in verl's trainer, `budget.verify_in_verl`):")
+    rows = [line for line in lines[start:] if line.startswith("- trial ")]
+    for row, (key, verdict) in zip(rows, sorted(job["verl"].items()), strict=True):
+        median = round(verdict["throughput_median"])
+        spread = verdict["steps_spread_pct"]
+        assert row.startswith(f"- trial {key} (verl-v0.9-")
+        assert f": {median} tok/s/GPU (1 run, 3 steps, spread {spread:.1f}%)" in row
+        assert f"rollout {verdict['prediction_error_pct']['rollout']:+.1f}%" in row
+    assert len(rows) == 2
+    floor = job["spec"].get("budget", {}).get("noise_band_pct", 0.0)
+    band = max(floor, *(v["noise_pct"] for v in job["verl"].values()))
+    medians = [v["throughput_median"] for v in job["verl"].values()]
+    assert max(medians) - min(medians) <= max(medians) * band / 100  # inside verl's noise
+    said = f"Winner picked by verl. In verl, trial 0: ties trial 1 inside the {band:.1f}% noise band."
+    assert said in lines
