@@ -208,10 +208,11 @@ def runs_phrase(verified: dict[str, Any]) -> str:
     spread 18.1%`` or ``median of 2 runs, spread 1.2%; 6 steps, spread 4.0%``."""
     ok, steps = verified.get("ok_runs", 0), verified.get("steps") or 0
     step_spread = verified.get("steps_spread_pct")
-    on_steps = f"{steps} steps, spread {step_spread:.1f}%" if step_spread is not None else f"{steps} steps"
-    if ok >= 2:
-        return f"median of {ok} runs, spread {verified.get('spread_pct') or 0:.1f}%; {on_steps}"
-    return f"1 run, {on_steps}" if steps else "1 run"
+    on_steps = f"{steps} step{'' if steps == 1 else 's'}"
+    if step_spread is not None:
+        on_steps += f", spread {step_spread:.1f}%"
+    runs = f"median of {ok} runs, spread {verified.get('spread_pct') or 0:.1f}%" if ok >= 2 else "1 run"
+    return f"{runs}{'; ' if ok >= 2 else ', '}{on_steps}" if steps else runs
 
 
 def verl_compare(a: VerlVerdict, b: VerlVerdict, floor_pct: float) -> tuple[Verdict, float] | None:

@@ -31,7 +31,7 @@ from autotuner.verification import (
     verl_cut_env,
     verl_environment,
 )
-from autotuner.verl_results import VerlVerdict, prediction_error_pct, verdicts_of
+from autotuner.verl_results import VerlVerdict, prediction_error_pct, runs_phrase, verdicts_of
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 from trials.verl.types import VerlRunResult
 
@@ -232,6 +232,16 @@ def test_a_verdict_takes_medians_over_runs_and_shows_the_error_per_phase() -> No
     assert errors["step"] == pytest.approx(100 * (20.0 - 18.0) / 18.0)
     assert errors["throughput"] == pytest.approx(10.0)
     assert prediction_error_pct(trial, verdict, trial_throughput=2100.0)["throughput"] == pytest.approx(0.0)
+
+
+def test_how_a_verl_figure_was_measured_reads_for_any_stored_verdict() -> None:
+    # A verdict stored before verdicts counted their steps has no "steps": its runs alone.
+    assert runs_phrase({"ok_runs": 2, "spread_pct": 1.25}) == "median of 2 runs, spread 1.2%"
+    assert runs_phrase({"ok_runs": 1}) == "1 run"
+    assert runs_phrase({"ok_runs": 1, "steps": 1, "steps_spread_pct": None}) == "1 run, 1 step"
+    assert runs_phrase({"ok_runs": 3, "spread_pct": 2.0, "steps": 9, "steps_spread_pct": 7.5}) == (
+        "median of 3 runs, spread 2.0%; 9 steps, spread 7.5%"
+    )
 
 
 def test_a_trial_whose_verl_runs_all_failed_has_no_median() -> None:
