@@ -29,7 +29,7 @@ from autotuner.settings import Settings, get_settings
 from autotuner.spec import JobSpec, load_job_spec, parse_job_spec
 from autotuner.study import RunHooks
 from autotuner.summary import JobSummary, Runs, front, hosts_line, runs_of
-from autotuner.verl_results import runs_phrase
+from autotuner.verl_results import errors_phrase, runs_phrase
 from storage import JobRecord, StorageError
 from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
@@ -130,7 +130,7 @@ def _verl_line(number: int, verified: dict[str, Any]) -> str:
         why = verified.get("error") or ""
         return f"  trial {number:>3}  verl     not measured ({verified['status']}): {why}"
     runs = runs_phrase(verified)
-    errors = ", ".join(f"{k} {v:+.1f}%" for k, v in verified.get("prediction_error_pct", {}).items())
+    errors = errors_phrase(verified)
     return f"  trial {number:>3}  verl     {median:10.1f} tok/s/GPU ({runs}); trial off by: {errors or 'n/a'}"
 
 

@@ -107,6 +107,19 @@ class VerlVerdict:
         spreads = [s for s in (self.spread_pct, self.steps_spread_pct) if s is not None]
         return max(spreads) if spreads else None
 
+    def phase_spreads_pct(self) -> dict[str, float]:
+        """verl's own spread over its measured steps (the finished runs' pooled), per phase the
+        trial's error is given for (``PHASE_KEYS``), for the step and for throughput: how far
+        verl moved on one batch, against which a trial's error is read."""
+        keys = {**PHASE_KEYS, "step": VERL_STEP, "throughput": VERL_THROUGHPUT}
+        out = {}
+        for phase, key in keys.items():
+            values = [step[key] for r in self.ok_runs for step in r.steps[r.warmup_steps :] if key in step]
+            spread = spread_pct(values)
+            if spread is not None:
+                out[phase] = spread
+        return out
+
     def medians(self) -> dict[str, float]:
         """verl's step, phases and throughput: each the median over the finished runs."""
         out = {}
@@ -190,6 +203,7 @@ def summary_of(
         "steps": len(verdict.step_throughputs),
         "steps_spread_pct": verdict.steps_spread_pct,
         "noise_pct": verdict.noise_pct,
+        "phase_spread_pct": verdict.phase_spreads_pct(),
         "medians": verdict.medians(),
         "peak_memory_gb": verdict.peak_memory_gb(),
         "versions": verdict.versions(),
@@ -222,3 +236,15 @@ def verl_compare(a: VerlVerdict, b: VerlVerdict, floor_pct: float) -> tuple[Verd
         return None
     band = tie_band_pct(Noise(floor_pct), a.noise_pct, b.noise_pct)
     return compare(a.median, b.median, band), band
+
+
+def errors_phrase(verified: dict[str, Any]) -> str:
+    """The trial's error per phase (``summary_of``'s data), each inside verl's own spread over
+    its steps marked so: ``rollout +92.6% (inside verl's 96%), step +5.5%``."""
+    spreads = verified.get("phase_spread_pct") or {}
+    out = []
+    for phase, error in (verified.get("prediction_error_pct") or {}).items():
+        spread = spreads.get(phase)
+        inside = f" (inside verl's {spread:.0f}%)" if spread is not None and abs(error) < spread else ""
+        out.append(f"{phase} {error:+.1f}%{inside}")
+    return ", ".join(out)

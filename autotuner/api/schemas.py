@@ -86,6 +86,12 @@ class VerlPublic(BaseModel):
         description="The wider of spread_pct and steps_spread_pct: the band this figure is "
         "compared within (with budget.noise_band_pct as its floor).",
     )
+    phase_spread_pct: dict[str, float] = Field(
+        default_factory=dict,
+        description="verl's own spread over its measured steps, per phase of "
+        "prediction_error_pct (and step, throughput): a trial's error inside it is inside "
+        "verl's noise.",
+    )
     medians: dict[str, float] = Field(
         description="verl's perf/throughput, timing_s/step, timing_s/gen, timing_s/old_log_prob, "
         "timing_s/ref, timing_s/update_actor and timing_s/update_weights (the weight sync): "

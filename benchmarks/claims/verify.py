@@ -73,6 +73,12 @@ def verify_in_verl(rel: str) -> Callable[[], list[Line]]:
                 *(_signed(errors.get(phase)) for phase in PHASES),
             ]
             rows.append((cells, (f"{rel}#{number}",)))
+            spreads = verdict.get("phase_spread_pct") or {}
+            if spreads:  # verl's own spread over its steps, against which the errors read
+                steps = f"{verdict['steps']} steps" if verdict.get("steps") else ""
+                cells = [f"{number}: verl's spread over its steps", "", steps]
+                cells += [f"{spreads[phase]:.1f}%" if phase in spreads else "" for phase in PHASES]
+                rows.append((cells, (f"{rel}#{number}",)))
         header = ["trial (config)", "trial tok/s/GPU", "verl tok/s/GPU"]
         header += [f"{label} error" for label in PHASES.values()]
         summary = job["summary"]
@@ -86,8 +92,8 @@ def verify_in_verl(rel: str) -> Callable[[], list[Line]]:
                 Line(
                     f"Winner: trial {best} ({trials[best]['baseline'] or 'searched'}), picked by "
                     f"{summary['winner_source']}. Errors are (trial - verl) / verl: a phase's time, or "
-                    "the step's throughput. A config verified once has no run-to-run spread in verl; "
-                    "its measured steps' spread is its noise.",
+                    "the step's throughput. Under each, verl's own spread over its measured steps "
+                    "((max - min) / median): an error smaller than that is inside verl's noise.",
                     (f"{rel}#{best}",),
                 ),
                 Line(""),

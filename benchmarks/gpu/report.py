@@ -32,7 +32,7 @@ from typing import Any
 from autotuner.compose import ENGINE_PHASES
 from autotuner.noise import Verdict, spread_pct
 from autotuner.summary import JobSummary
-from autotuner.verl_results import runs_phrase
+from autotuner.verl_results import errors_phrase, runs_phrase
 
 TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
 THROUGHPUT = "throughput_tokens_per_s_per_gpu"
@@ -339,7 +339,7 @@ def verl_lines(job: dict[str, Any]) -> list[str]:
         if v.get("throughput_median") is None:
             lines.append(f"- {name}: not measured in verl ({v['status']}): {v.get('error') or ''}")
             continue
-        errors = ", ".join(f"{k} {e:+.1f}%" for k, e in (v.get("prediction_error_pct") or {}).items())
+        errors = errors_phrase(v)
         lines.append(
             f"- {name}: {v['throughput_median']:.0f} tok/s/GPU ({runs_phrase(v)}); "
             f"the trial off by: {errors or 'n/a'}"

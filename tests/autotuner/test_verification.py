@@ -31,7 +31,14 @@ from autotuner.verification import (
     verl_cut_env,
     verl_environment,
 )
-from autotuner.verl_results import VerlVerdict, prediction_error_pct, runs_phrase, verdicts_of
+from autotuner.verl_results import (
+    VerlVerdict,
+    errors_phrase,
+    prediction_error_pct,
+    runs_phrase,
+    summary_of,
+    verdicts_of,
+)
 from trials.metrics import PEAK_MEMORY, THROUGHPUT
 from trials.verl.types import VerlRunResult
 
@@ -217,6 +224,11 @@ def test_a_verdict_takes_medians_over_runs_and_shows_the_error_per_phase() -> No
     assert verdict.describe() == (
         "2100.0 tok/s/GPU in verl (median of 2 runs, spread 9.5%; 6 steps, spread 16.5%)"
     )
+    spreads = verdict.phase_spreads_pct()  # every step's phases were the same here
+    assert spreads.pop("throughput") == pytest.approx(verdict.steps_spread_pct)
+    assert spreads == dict.fromkeys(
+        ("rollout", "old_log_prob", "ref_log_prob", "update_actor", "weight_sync", "step"), 0.0
+    )
     one = VerlVerdict(3, [runs[0]])
     assert one.spread_pct is None and one.noise_pct == pytest.approx(100 * 200 / 2000)
     assert one.describe() == "2000.0 tok/s/GPU in verl (1 run, 3 steps, spread 10.0%)"
@@ -232,6 +244,28 @@ def test_a_verdict_takes_medians_over_runs_and_shows_the_error_per_phase() -> No
     assert errors["step"] == pytest.approx(100 * (20.0 - 18.0) / 18.0)
     assert errors["throughput"] == pytest.approx(10.0)
     assert prediction_error_pct(trial, verdict, trial_throughput=2100.0)["throughput"] == pytest.approx(0.0)
+
+
+def test_verls_own_spread_is_given_per_phase_beside_the_trials_error() -> None:
+    # verl's replay buffer polls every 2 s: one batch's gen took 2 s twice and 4 s once.
+    gens = [8.0, 2.07, 4.1, 2.09]  # the first a warm-up
+    steps = [step_metrics(1000.0, PHASES | {"gen": g}) for g in gens]
+    verdict = VerlVerdict(0, [verl_result("r", steps)])
+    spreads = verdict.phase_spreads_pct()
+    assert spreads["rollout"] == pytest.approx(100 * (4.1 - 2.07) / 2.09)
+    assert spreads["old_log_prob"] == 0.0 and spreads["weight_sync"] == 0.0
+    step_s = [sum((PHASES | {"gen": g}).values()) for g in gens[1:]]
+    assert spreads["step"] == pytest.approx(100 * (max(step_s) - min(step_s)) / sorted(step_s)[1])
+    trial = _trial(0, 1000.0)
+    trial.phase_timings_s = {"rollout": 3.9}
+    shown = summary_of(verdict, trial, None)
+    assert shown["phase_spread_pct"] == spreads
+    assert shown["prediction_error_pct"]["rollout"] == pytest.approx(100 * (3.9 + 0.1 - 2.09) / 2.09)
+    # +91.4% off, inside verl's own 97% over one batch; the step error is not, nor the
+    # throughput's 0% against steps that did not move (a spread of 0 holds nothing).
+    said = errors_phrase(shown).split(", ")
+    assert said[0] == f"rollout {shown['prediction_error_pct']['rollout']:+.1f}% (inside verl's 97%)"
+    assert all("inside" not in part for part in said[1:]), said
 
 
 def test_how_a_verl_figure_was_measured_reads_for_any_stored_verdict() -> None:

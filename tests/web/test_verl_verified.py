@@ -156,6 +156,9 @@ def test_verified_trials_are_recorded_and_shown_everywhere(
     for verl in verls.values():
         assert verl["steps"] == 2 * (spec.budget.verify_steps - 1)
         assert verl["noise_pct"] == max(verl["spread_pct"], verl["steps_spread_pct"])
+        # The stand-in's phases do not move from step to step; its throughput does.
+        assert verl["phase_spread_pct"]["rollout"] == 0.0
+        assert verl["phase_spread_pct"]["throughput"] == verl["steps_spread_pct"] > 0
     verl_pick = client.get(f"/v1/jobs/{job.id}").json()["verl_pick"]
     assert verl_pick["trial"] == verl_best and verl_pick["summary"]
     top = verls[verl_best]
