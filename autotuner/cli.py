@@ -134,6 +134,18 @@ def _verl_line(number: int, verified: dict[str, Any]) -> str:
     return f"  trial {number:>3}  verl     {median:10.1f} tok/s/GPU ({runs}); trial off by: {errors or 'n/a'}"
 
 
+def _say_verl_pick(summary: JobSummary) -> None:
+    """What verl said of the winner it picked, inside its noise (nothing unless verl picked)."""
+    line = summary.verl_gain_line()
+    if line:
+        say(line)
+
+
+def _say_winner(number: int, summary: JobSummary) -> None:
+    say(f"winner: trial {number}, picked by {summary.winner_source}")
+    _say_verl_pick(summary)
+
+
 def _memory_line(summary: JobSummary) -> str | None:
     errors = summary.memory_model_errors.get("peak")
     if not errors:
@@ -240,9 +252,7 @@ def _run(ctx: JobContext, job: JobRecord, spec: JobSpec, out: Path) -> None:
         say(_verl_line(number, verified))
     say(_best_line(summary, chosen.device))
     say(f"winner picked by {summary.winner_source}")
-    verl_gain = summary.verl_gain_line()
-    if verl_gain:
-        say(verl_gain)
+    _say_verl_pick(summary)
     say(summary.noise_line())
     hosts = summary.hosts_line()
     if hosts:
@@ -378,10 +388,7 @@ def jobs(job_id: Annotated[str | None, typer.Argument(help="Show one job's trial
             say(_verl_line(r.number, verified[r.number]))
     winner = view.best
     if winner is not None:
-        say(f"winner: trial {winner.number}, picked by {view.picked_by}")
-        verl_gain = view.summary.verl_gain_line()
-        if verl_gain:
-            say(verl_gain)
+        _say_winner(winner.number, view.summary)
 
 
 @app.command()
@@ -411,10 +418,7 @@ def verify(
             say(_verl_line(number, verified[number]))
     winner = view.best
     if winner is not None:
-        say(f"winner: trial {winner.number}, picked by {view.picked_by}")
-        verl_gain = view.summary.verl_gain_line()
-        if verl_gain:
-            say(verl_gain)
+        _say_winner(winner.number, view.summary)
 
 
 @app.command()

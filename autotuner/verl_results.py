@@ -84,16 +84,14 @@ class VerlVerdict:
             return None
         return 100.0 * (max(values) - min(values)) / median
 
+    def measured_steps(self, key: str) -> list[float]:
+        """``key`` of every measured step (after its run's warm-up) of the runs that
+        finished, run after run."""
+        return [step[key] for r in self.ok_runs for step in r.steps[r.warmup_steps :] if key in step]
+
     @property
     def step_throughputs(self) -> list[float]:
-        """``perf/throughput`` of every measured step (after its run's warm-up) of the runs
-        that finished, run after run."""
-        return [
-            step[VERL_THROUGHPUT]
-            for r in self.ok_runs
-            for step in r.steps[r.warmup_steps :]
-            if VERL_THROUGHPUT in step
-        ]
+        return self.measured_steps(VERL_THROUGHPUT)
 
     @property
     def steps_spread_pct(self) -> float | None:
@@ -114,8 +112,7 @@ class VerlVerdict:
         keys = {**PHASE_KEYS, "step": VERL_STEP, "throughput": VERL_THROUGHPUT}
         out = {}
         for phase, key in keys.items():
-            values = [step[key] for r in self.ok_runs for step in r.steps[r.warmup_steps :] if key in step]
-            spread = spread_pct(values)
+            spread = spread_pct(self.measured_steps(key))
             if spread is not None:
                 out[phase] = spread
         return out

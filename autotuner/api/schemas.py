@@ -139,11 +139,12 @@ class VerlPickPublic(BaseModel):
         parts = summary.verl_verdicts()
         if not parts or summary.best is None:
             return None
+        versus_defaults = summary.best != summary.baseline  # the defaults' own pick is no gain
         return cls(
             trial=summary.best,
-            over_defaults=summary.verl_gain_over_baseline if summary.best != summary.baseline else None,
-            verdict=summary.verl_gain_verdict if summary.best != summary.baseline else None,  # type: ignore[arg-type]
-            band_pct=summary.verl_gain_band_pct if summary.best != summary.baseline else None,
+            over_defaults=summary.verl_gain_over_baseline if versus_defaults else None,
+            verdict=summary.verl_gain_verdict if versus_defaults else None,  # type: ignore[arg-type]
+            band_pct=summary.verl_gain_band_pct if versus_defaults else None,
             tied_with=summary.verl_tied_with,
             tie_band_pct=summary.verl_tie_band_pct,
             summary="; ".join(parts),

@@ -30,9 +30,9 @@ from markupsafe import Markup, escape
 
 from autotuner import __version__
 from autotuner.api.errors import NotFoundError, UnauthorizedError
-from autotuner.api.schemas import JobPublic
+from autotuner.api.routes.jobs import public_job
 from autotuner.api.security import require_read
-from autotuner.api.service import JobService, JobView
+from autotuner.api.service import JobService
 from autotuner.records import INFEASIBLE_STATUSES, TrialRecord, TrialStatus
 from autotuner.spec import JobSpec
 from autotuner.summary import Runs, front, runs_of, summarize
@@ -115,7 +115,7 @@ def jobs_page(request: Request, offset: int = Query(0, ge=0, le=1_000_000_000)) 
         request,
         "index.html",
         {
-            "jobs": [_public(request, v) for v in views],
+            "jobs": [public_job(request, v) for v in views],
             "count": count,
             "offset": offset,
             "page_size": PAGE_SIZE,
@@ -141,7 +141,7 @@ def job_page(request: Request, job_id: str) -> Response:
         request,
         "job.html",
         {
-            "job": _public(request, view),
+            "job": public_job(request, view),
             "view": view,
             "pareto": pareto,
             "pareto_runs": runs_of(view.records),
@@ -189,20 +189,6 @@ def _render(
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"
     return response
-
-
-def _public(request: Request, view: JobView) -> JobPublic:
-    url = str(request.url_for("get_job", job_id=view.job.id))
-    return JobPublic.of(
-        view.job,
-        url,
-        view.records,
-        view.best,
-        spec=view.spec,
-        picked_by=view.picked_by,
-        verl=view.verified,
-        verdicts=view.verl,
-    )
 
 
 # --------------------------------------------------------------------------- formatting

@@ -55,7 +55,8 @@ def _service(request: Request) -> JobService:
 Service = Annotated[JobService, Depends(_service)]
 
 
-def _public(request: Request, view: JobView, listed: bool = False) -> JobPublic:
+def public_job(request: Request, view: JobView, listed: bool = False) -> JobPublic:
+    """The job as the API shows it (the web page shows the same)."""
     url = str(request.url_for("get_job", job_id=view.job.id))
     return JobPublic.of(
         view.job,
@@ -107,19 +108,19 @@ def list_jobs(
 ) -> Page[JobPublic]:
     """Jobs, newest first, each without its spec (GET the job for it)."""
     views, count = service.list_jobs(status, offset, limit)
-    return Page[JobPublic](data=[_public(request, v, listed=True) for v in views], count=count)
+    return Page[JobPublic](data=[public_job(request, v, listed=True) for v in views], count=count)
 
 
 @router.get("/{job_id}", response_model=JobPublic)
 def get_job(request: Request, job_id: JobId, service: Service) -> JobPublic:
     """Status, trials done/total, the best trial so far, elapsed time and ETA."""
-    return _public(request, service.get_job(job_id))
+    return public_job(request, service.get_job(job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobPublic, dependencies=[Depends(require_write)])
 def cancel_job(request: Request, job_id: JobId, service: Service) -> JobPublic:
     """Cancel: a queued job at once; a running one stops its trials and keeps what it measured."""
-    return _public(request, service.cancel_job(job_id))
+    return public_job(request, service.cancel_job(job_id))
 
 
 @router.delete("/{job_id}", status_code=204, dependencies=[Depends(require_write)])
