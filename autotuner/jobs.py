@@ -294,7 +294,7 @@ class _Run:
         verl_python = verl_environment(settings) if device == "cuda" and spec.cluster.nnodes == 1 else None
         verified = self.verified = resolve_verify_in_verl(spec, device, settings, lambda _: verl_python)
         space = build_space(spec, device, settings)
-        hold_setup(settings, self.stopping)
+        hold_setup(settings, lambda: hooks.stop_requested() or self._cancel_requested())
         check_engine_environment(spec, device, settings)
         if not self.ownership.held:
             log.error("job %s: lost to another runner during its set-up; its study is left alone", job_id)
@@ -334,6 +334,13 @@ class _Run:
             )  # fmt: skip
         runner.enqueue_baseline()
         return runner.run()
+
+    def _cancel_requested(self) -> bool:
+        """Whether the job's cancel was asked for; False while the database cannot say."""
+        try:
+            return self.ctx.store.is_cancel_requested(self.job_id)
+        except DatabaseUnavailableError:
+            return False
 
     def _finish(
         self, status: str, stop_reason: str | None, error: str | None, result_json: str | None = None
@@ -388,8 +395,9 @@ def verify_finished(
 
 def hold_setup(settings: Settings, stopping: Callable[[], bool]) -> None:
     """Testing aid (``AUTOTUNER_SETUP_GATE``): a job's set-up waits here, after its search
-    space is built, until the gate file exists, the run is stopped or
-    ``setup_gate_timeout_s`` passes, so a test can hold a set-up as long as it needs."""
+    space is built, until the gate file exists, the run is stopped (a cancel, a shutdown, a
+    lost job) or ``setup_gate_timeout_s`` passes, so a test can hold a set-up as long as it
+    needs."""
     gate = settings.setup_gate
     if gate is None:
         return

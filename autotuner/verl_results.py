@@ -13,8 +13,9 @@ verl`` in percent, so +10 means the trial predicted 10% more than verl measured.
 
 verl v0.9's trainer (``verl/trainer/ppo/ray_trainer.py``) times the step's parts with
 ``marked_timer``: ``gen`` (the rollout, its replicas put to sleep at the end), ``old_log_prob``,
-``ref`` (``str(Role.RefPolicy)``), ``update_actor`` and ``update_weights`` (the weight sync
-into the rollout's replicas, after the update, for the next rollout); ``perf/throughput`` is
+``ref`` (``str(Role.RefPolicy)``), ``update_actor`` and ``update_weights`` (after the update,
+for the next rollout: the replicas' weights woken, the weight sync into them, their KV cache
+woken; the trial's ``weight_sync`` and ``engine_wake``, ``trials.step.VERL_TIMERS``); ``perf/throughput`` is
 ``sum(global_token_num) / (timing_s/step * n_gpus)`` (``metric_utils.compute_throughout_metrics``):
 tokens per second per GPU, the trials' definition too.
 """

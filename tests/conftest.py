@@ -112,11 +112,7 @@ SHARED_FIXTURES = frozenset(
 
 
 # Modules whose tests must not run beside each other, until they are fixed, and why.
-SAME_WORKER_MODULES = {
-    # test_a_rank_killed_mid_trial... SIGKILLs the first rank-1 process it finds in all of
-    # /proc, which may be another test's (test_a_world_of_two_ranks... then fails too).
-    "tests/trials/test_ranks.py": "finds its rank processes machine-wide",
-}
+SAME_WORKER_MODULES: dict[str, str] = {}
 
 
 def _groups(item: pytest.Item) -> set[str]:

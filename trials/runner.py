@@ -15,7 +15,8 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    device). ``engine_startup_s`` is a cost of the trial, not of a step.
 2. ``weight_sync``: the actor's weights into the engine, bucket by bucket, as verl's
    checkpoint engine moves them before every rollout (``rollout.weight_sync``); an engine
-   that sleeps between steps gets them as in verl, its KV cache released meanwhile.
+   that sleeps between steps gets them as in verl, its KV cache released meanwhile. Twice:
+   the second is timed, as verl's measured steps sync after its warm-up step's sync.
    ``rollout``: a warm-up, then the replica's requests (``rollout.phase``).
 3. ``engine_sleep`` (with ``train`` and ``free_cache_engine``): the engine releases its
    memory (``sleep``); an engine that cannot sleep (vLLM on CPU) is shut down instead.
@@ -104,7 +105,7 @@ ADOPTED = (
     "rollout_",
     "kv_cache_tokens",
     "engine_sleep_s",
-    "engine_wake_s",
+    "engine_wake_",
     "engine_asleep_gib",
     "wake_peak_memory_gib",
     "actor_wake_reload_s",
@@ -366,23 +367,34 @@ class _Trial:
         """The actor's weights into the engine (``rollout.weight_sync``). Every rank with an
         actor takes part (its gathers are collectives), only a replica's leader sends. An
         engine that sleeps between steps receives them as in verl's ``update_weights``:
-        weights woken, KV cache released (the step's ``engine_wake`` is the hand-over's)."""
+        weights woken, KV cache released (the step's ``engine_wake`` is the hand-over's).
+
+        Twice, the second timed: verl's measured steps come after its warm-up step, so their
+        syncs find the bucket's IPC, the engine's loading path and the gathers' collectives
+        used once already; the first, cold sync is ``weight_sync_first_s``."""
         if self.reuse or not (self.engine_here or self.actor is not None):
             return
         import torch
 
-        from trials.rollout.weight_sync import actor_weights, model_weights, sync_weights
+        from trials.rollout.weight_sync import WeightSync, actor_weights, model_weights, sync_weights
 
-        spec, backend = self.spec, self.backend
-        device = self.actor.device if self.actor is not None else torch.device(spec.device)
-        if self.actor is not None:
-            weights = actor_weights(self.actor.model, device)
-        else:
-            weights = model_weights(spec.model_config, device)
+        spec, backend, actor = self.spec, self.backend, self.actor
+        device = actor.device if actor is not None else torch.device(spec.device)
+
+        def sync() -> WeightSync:
+            weights = (
+                actor_weights(actor.model, device)
+                if actor is not None
+                else model_weights(spec.model_config, device)
+            )
+            return sync_weights(weights, backend, spec.rollout.update_weights_bucket_megabytes, device)
+
         with self.sampled("weight_sync"), in_phase("weight_sync"), self.kv_cache_released():
-            synced = sync_weights(weights, backend, spec.rollout.update_weights_bucket_megabytes, device)
+            first = sync()
+            synced = sync()
         self.timings["weight_sync"] = synced.seconds
         self.metrics.update(synced.metrics())
+        self.metrics["weight_sync_first_s"] = first.seconds
         self.mark("weights_synced")
 
     @contextmanager
@@ -509,18 +521,21 @@ class _Trial:
         asleep = engine is EngineState.ASLEEP
         if engine is EngineState.GONE or actor is None or not (asleep or actor.param_offload):
             return
-        wake_s = reload_s = 0.0
+        reload_s = 0.0
+        parts: dict[str, float] = {}  # engine_wake's parts, each a metric
         with self.sampled("wake"), in_phase("engine_wake"):
             reload_s += actor.load_params()
             if asleep and backend is not None:
-                wake_s += backend.wake_up(["weights"])
+                parts["engine_wake_weights_s"] = backend.wake_up(["weights"])
             self.meet("weights_in")  # the peak: parameters and engine weights on every GPU
             reload_s += actor.offload_params()
             if asleep:
-                wake_s += actor.timed(lambda: release(actor.device))
+                parts["engine_wake_release_s"] = actor.timed(lambda: release(actor.device))
                 if backend is not None:
-                    wake_s += backend.wake_up(["kv_cache"])
+                    parts["engine_wake_kv_cache_s"] = backend.wake_up(["kv_cache"])
             self.meet("awake")
+        wake_s = sum(parts.values())
+        self.metrics.update(parts)
         self.metrics["actor_wake_reload_s"] = reload_s
         self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
         self.metrics["actor_reload_s"] = self.timings["actor_reload"]

@@ -49,9 +49,14 @@ TRAIN_COMPONENTS = (*TRAIN_SUB_PHASES, "actor_reload")
 STEP_COMPONENTS = (*ROLLOUT_COMPONENTS, *TRAIN_COMPONENTS)
 # verl v0.9's replay buffer looks for finished trajectories this often (see the module's notes).
 VERL_REPLAY_POLL_S = 2.0
-# Each of verl v0.9's step timers (``timing_s/<name>``) and the trial's parts it covers.
+# Each of verl v0.9's step timers (``timing_s/<name>``) and the trial's parts it covers, the
+# first of them the one a trial must have measured for the timer to be predicted. verl's
+# ``update_weights`` (``trainer/ppo/v1/trainer_sync.py`` ``on_step_end``, the colocated
+# ``workers/engine_workers.py`` ``update_weights``) wakes the engine's weights, syncs them,
+# empties the cache and wakes the KV cache: the trial's ``weight_sync`` and the hand-over it
+# times apart, ``engine_wake`` (the actor's offload moves around it stay in ``actor_reload``).
 VERL_TIMERS: dict[str, tuple[str, ...]] = {
-    "timing_s/update_weights": ("weight_sync",),
+    "timing_s/update_weights": ("weight_sync", "engine_wake"),
     "timing_s/gen": ("rollout", "rollout_poll"),
     "timing_s/old_log_prob": ("old_log_prob",),
     "timing_s/ref": ("ref_log_prob",),

@@ -94,7 +94,8 @@ class VerlPublic(BaseModel):
     )
     medians: dict[str, float] = Field(
         description="verl's perf/throughput, timing_s/step, timing_s/gen, timing_s/old_log_prob, "
-        "timing_s/ref, timing_s/update_actor and timing_s/update_weights (the weight sync): "
+        "timing_s/ref, timing_s/update_actor and timing_s/update_weights (the engine woken and "
+        "the weight sync): "
         "medians over the finished runs."
     )
     peak_memory_gb: dict[str, float] = Field(
@@ -104,7 +105,8 @@ class VerlPublic(BaseModel):
     device: str
     prediction_error_pct: dict[str, float] = Field(
         description="(trial - verl) / verl in percent: per phase (rollout, old_log_prob, "
-        "ref_log_prob, update_actor, weight_sync), the step time (step) and step throughput "
+        "ref_log_prob, update_actor, weight_sync: the trial's weight sync and engine wake against "
+        "verl's update_weights), the step time (step) and step throughput "
         "(throughput)."
     )
     error: str | None = Field(default=None, description="The last failed run's error.")

@@ -20,7 +20,7 @@ STRATEGIES = ("fsdp", "fsdp2")
 # ``trials.step.as_verl_timers``, its step throughput, step time or update's peak)
 FIGURES = (
     ("step throughput, tok/s/GPU", "perf/throughput"),
-    ("weight sync, s", "timing_s/update_weights"),
+    ("update_weights (weight sync + wake), s", "timing_s/update_weights"),
     ("gen (rollout + poll), s", "timing_s/gen"),
     ("old_log_prob, s", "timing_s/old_log_prob"),
     ("ref, s", "timing_s/ref"),

@@ -139,7 +139,7 @@ def _trial_change(config: str) -> float:
 def verl_lanes_headline() -> list[Line]:
     verl, trial = _throughputs()
     verl_order, trial_order, errors, within = data.ranked(verl, trial, CONFIGS)
-    phases = [name for name in TIMERS if name not in ("step", "weight sync")]
+    phases = [name for name in TIMERS if name not in ("step", "update_weights (weight sync + wake)")]
     off = {
         c: {
             name: statistics.median(data.trial_timer(t, TIMERS[name]) for t in _trials(c))

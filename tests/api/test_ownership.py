@@ -122,3 +122,24 @@ def test_a_runner_that_loses_its_job_stops_without_ending_it(tmp_path) -> None:
     finally:
         server.stop(require_clean_log=False)
     assert "lost to another runner" in server.log()
+
+
+@pytest.mark.slow
+def test_a_job_cancelled_in_its_set_up_ends_cancelled_without_running_a_trial(tmp_path) -> None:
+    gate = tmp_path / "gate"  # never opened: only the cancel ends the held set-up
+    server = _gated(tmp_path, "service", gate, AUTOTUNER_SETUP_GATE_TIMEOUT_S="600")
+    try:
+        server.start()
+        with server.client() as api:
+            job_id = submit(api, train_job(name="cancelled-early", budget={"max_trials": 2}))
+            wait_for(api, job_id, lambda j: j["status"] == "running", 60, "running")
+            assert "set-up held" in server.log()
+            assert api.post(f"/v1/jobs/{job_id}/cancel").status_code in (200, 202)
+            job = wait_for(api, job_id, lambda j: j["status"] not in ("queued", "running"), 120)
+            trials = trials_of(api, job_id)
+    finally:
+        server.stop()
+    assert not gate.exists()
+    assert job["status"] == "cancelled", job
+    assert job["trials_done"] == 0
+    assert {t["status"] for t in trials} <= {"queued"}, trials  # the baseline, enqueued, never run

@@ -225,7 +225,14 @@ def test_full_trial_on_cuda(tiny_config):
     assert result.status == "ok", (result.error_message, result.log_tail[-3000:])
     assert result.metrics["rollout_generated_tokens"] == sum(spec.response_lengths)
     assert result.metrics["kv_cache_tokens"] > 0
-    assert result.metrics["engine_sleep_s"] > 0 and result.metrics["engine_wake_s"] > 0
+    m = result.metrics
+    assert m["engine_sleep_s"] > 0 and m["engine_wake_s"] > 0
+    # The hand-over's parts (engine weights, the actor's cache emptied, KV cache) make its time.
+    wake_parts = ("engine_wake_weights_s", "engine_wake_release_s", "engine_wake_kv_cache_s")
+    assert all(m[k] > 0 for k in wake_parts)
+    assert sum(m[k] for k in wake_parts) == pytest.approx(m["engine_wake_s"])
+    # The timed weight sync is the second; the first, cold one is kept apart.
+    assert m["weight_sync_first_s"] > 0 and m["weight_sync_load_s"] > 0
 
 
 @pytest.mark.engine

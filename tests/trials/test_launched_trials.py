@@ -81,6 +81,10 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["weight_sync_bytes"] == 4 * (params + embed) and m["weight_sync_buckets"] == 1
     assert m["engine_ready_at_s"] < m["weights_synced_at_s"] < m["train_start_at_s"]
     assert t["weight_sync"] == m["weight_sync_s"] > 0
+    # The timed sync is the second: the first, cold one (verl's warm-up step pays it) is kept apart.
+    assert m["weight_sync_first_s"] > 0 and m["weight_sync_load_s"] > 0
+    parts = m["weight_sync_pack_s"] + m["weight_sync_load_s"] + m["weight_sync_release_s"]
+    assert parts == pytest.approx(m["weight_sync_s"])
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
     # verl sees the rollout at its replay buffer's first 2 s poll after the rollout's end.
     gen = m["rollout_makespan_s"] + t["rollout_poll"]

@@ -112,3 +112,7 @@ def test_a_trials_parts_as_verls_timers_time_them():
     )
     recorded = as_verl_timers({"rollout": 13.04, "rollout_poll": 0.96, "update_actor": 2.0})
     assert recorded == pytest.approx({"timing_s/gen": 14.0, "timing_s/update_actor": 2.0})
+    # verl's update_weights wakes the engine too: the sync and the hand-over together.
+    woken = as_verl_timers({"weight_sync": 0.4, "engine_wake": 0.5, "rollout": 1.0})
+    assert woken["timing_s/update_weights"] == pytest.approx(0.9)
+    assert "timing_s/update_weights" not in as_verl_timers({"engine_wake": 0.5, "rollout": 1.0})

@@ -109,7 +109,12 @@ def test_vllm_loads_the_actors_weights_bucket_by_bucket(tiny_config, vllm_engine
         # fp32 master weights, as verl v0.9 sends them (the tied lm_head included).
         assert synced.bytes == _state_bytes(actor)
         assert synced.buckets == _verl_bucket_count(actor, MIB) > 1
-        assert synced.seconds > 0
+        # Where the time went: the engine's calls, freeing the buffer, the packing.
+        metrics = synced.metrics()
+        assert 0 < synced.load_s < synced.seconds and 0 < synced.release_s < synced.seconds
+        assert metrics["weight_sync_pack_s"] > 0
+        parts = metrics["weight_sync_pack_s"] + synced.load_s + synced.release_s
+        assert parts == pytest.approx(synced.seconds)
 
 
 @pytest.mark.engine
@@ -125,6 +130,7 @@ def test_a_rank_without_an_engine_packs_and_sends_nothing(tiny_config):
     actor = _actor(tiny_config, 4)
     synced = sync_weights(actor_weights(actor, CPU), None, 1, CPU)
     assert synced.bytes == _state_bytes(actor) and synced.buckets == _verl_bucket_count(actor, MIB)
+    assert synced.load_s == 0  # no engine's time in it
 
 
 def test_a_rollout_only_trial_sends_the_models_shapes(tiny_config):

@@ -51,17 +51,25 @@ MIB = 1 << 20
 
 @dataclass(frozen=True)
 class WeightSync:
-    """What one sync moved: its wall time, bytes of tensors sent, non-empty buckets."""
+    """What one sync moved: its wall time, bytes of tensors sent, non-empty buckets, and
+    where its time went: ``load_s`` in the engine's hands (the call per bucket, the
+    workers' loading), ``release_s`` freeing the bucket buffer after the last, the rest
+    gathering and packing the tensors."""
 
     seconds: float
     bytes: int
     buckets: int
+    load_s: float = 0.0
+    release_s: float = 0.0
 
     def metrics(self) -> dict[str, float]:
         return {
             "weight_sync_s": self.seconds,
             "weight_sync_bytes": float(self.bytes),
             "weight_sync_buckets": float(self.buckets),
+            "weight_sync_load_s": self.load_s,
+            "weight_sync_release_s": self.release_s,
+            "weight_sync_pack_s": max(0.0, self.seconds - self.load_s - self.release_s),
         }
 
 
@@ -99,8 +107,10 @@ def sync_weights(
         for name, tensor in weights:
             sender.add(name, tensor)
         sender.flush(last=True)
+        sent = time.perf_counter()
     _synchronize(device)
-    return WeightSync(time.perf_counter() - t0, sender.sent_bytes, sender.sent_buckets)
+    end = time.perf_counter()
+    return WeightSync(end - t0, sender.sent_bytes, sender.sent_buckets, sender.load_s, end - sent)
 
 
 class _Sender:
@@ -119,6 +129,7 @@ class _Sender:
         self.offset = 0
         self.sent_bytes = 0
         self.sent_buckets = 0
+        self.load_s = 0.0
 
     @contextmanager
     def bucket(self) -> Iterator[None]:
@@ -165,7 +176,9 @@ class _Sender:
 
     def deliver(self, bucket: WeightBucket, nbytes: int) -> None:
         if self.backend is not None:
+            t0 = time.perf_counter()
             self.backend.receive_weights(bucket)
+            self.load_s += time.perf_counter() - t0
         if bucket.tensors:
             self.sent_bytes += nbytes
             self.sent_buckets += 1
