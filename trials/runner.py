@@ -85,6 +85,7 @@ from trials.rollout import RolloutBackend, get_backend
 from trials.rollout.phase import check_rollout_spec, measure_rollout
 from trials.step import ROLLOUT_COMPONENTS, complete_step
 from trials.types import TrialResult, TrialSpec
+from trials.verl.gcclock import CLOCK
 
 log = logging.getLogger(__name__)
 
@@ -389,12 +390,15 @@ class _Trial:
             )
             return sync_weights(weights, backend, spec.rollout.update_weights_bucket_megabytes, device)
 
+        collector: dict[str, float] = {}
         with self.sampled("weight_sync"), in_phase("weight_sync"), self.kv_cache_released():
             first = sync()
-            synced = sync()
+            with CLOCK.install().window(collector):
+                synced = sync()
         self.timings["weight_sync"] = synced.seconds
         self.metrics.update(synced.metrics())
         self.metrics["weight_sync_first_s"] = first.seconds
+        self.metrics["weight_sync_gc_s"] = collector["gc_s"]  # Python's collector's share
         self.mark("weights_synced")
 
     @contextmanager
@@ -523,7 +527,8 @@ class _Trial:
             return
         reload_s = 0.0
         parts: dict[str, float] = {}  # engine_wake's parts, each a metric
-        with self.sampled("wake"), in_phase("engine_wake"):
+        collector: dict[str, float] = {}
+        with self.sampled("wake"), in_phase("engine_wake"), CLOCK.install().window(collector):
             reload_s += actor.load_params()
             if asleep and backend is not None:
                 parts["engine_wake_weights_s"] = backend.wake_up(["weights"])
@@ -536,6 +541,8 @@ class _Trial:
             self.meet("awake")
         wake_s = sum(parts.values())
         self.metrics.update(parts)
+        if asleep:
+            self.metrics["engine_wake_gc_s"] = collector["gc_s"]  # Python's collector's share
         self.metrics["actor_wake_reload_s"] = reload_s
         self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
         self.metrics["actor_reload_s"] = self.timings["actor_reload"]

@@ -121,6 +121,7 @@ from benchmarks.claims.verl_trace import (
     verl_trace,
     verl_trace_headline,
 )
+from benchmarks.claims.weight_sync import WEIGHT_SYNC_H100, weight_sync
 from benchmarks.claims.world import world_x4, world_x4_verl
 
 ROOT = HERE.parent
@@ -244,6 +245,7 @@ CLAIMS: list[Claim] = [
     Claim("verl-three-headline", verl_three_headline),
     Claim("verify-in-verl", verify_in_verl(GPU_VERIFY)),
     Claim("verify-in-verl-same-batch", verify_in_verl(GPU_VERIFY_SAME_BATCH)),
+    Claim("weight-sync-h100", weight_sync(WEIGHT_SYNC_H100)),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("job-top", job_top),

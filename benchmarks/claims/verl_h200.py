@@ -30,7 +30,11 @@ VERL_H200 = "results/verl-qwen2.5-1.5b-h200-three.json"
 HOSTS = ("host_a", "host_b")
 CONFIGS = ("defaults", "example", "winner")
 # verl's timers the table sets beside the trial's, by the name the table gives them.
-TIMERS = {"update_weights (weight sync + wake)": "timing_s/update_weights", **THREE_TIMERS, "step": "timing_s/step"}
+TIMERS = {
+    "update_weights (weight sync + wake)": "timing_s/update_weights",
+    **THREE_TIMERS,
+    "step": "timing_s/step",
+}
 
 
 def _rows(kind: str, config: str, host: str | None = None) -> list[tuple[str, dict[str, Any]]]:

@@ -85,6 +85,7 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert m["weight_sync_first_s"] > 0 and m["weight_sync_load_s"] > 0
     parts = m["weight_sync_pack_s"] + m["weight_sync_load_s"] + m["weight_sync_release_s"]
     assert parts == pytest.approx(m["weight_sync_s"])
+    assert 0 < m["weight_sync_gc_s"] <= m["weight_sync_s"]  # the buffer's release collects
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
     # verl sees the rollout at its replay buffer's first 2 s poll after the rollout's end.
     gen = m["rollout_makespan_s"] + t["rollout_poll"]
