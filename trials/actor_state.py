@@ -355,6 +355,16 @@ def train_allocator(device: str, expandable_segments: bool) -> Iterator[None]:
         torch.cuda.empty_cache()
 
 
+def hand_back(device: torch.device) -> None:
+    """What verl 0.9.1's ``update_weights`` does once the actor's weights are offloaded,
+    before the engine's KV cache wakes: the device synchronised and the allocator's cache
+    emptied (``engine_workers.py``; v0.9.0's ``aggressive_empty_cache`` also collected
+    Python's garbage, a walk of the worker's whole heap that 0.9.1 no longer makes)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
 def release(device: torch.device) -> None:
     """Give the freed memory back after the caller dropped its ``ActorState``."""
     gc.collect()

@@ -27,7 +27,9 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
    (``train.expandable_segments``; ``train_expandable_segments`` records it).
 5. ``engine_wake`` (with both phases): the next step's hand-over, as verl's
    ``rollout_mode`` does it: actor parameters in (``param_offload``), engine weights
-   woken, parameters out, allocator cache emptied, KV cache woken.
+   woken, parameters out, the device synchronised and the allocator's cache emptied (no
+   collection of Python's garbage: verl 0.9.1's ``update_weights`` makes none), KV cache
+   woken.
 
 A rank of a trial over several GPUs (``trials.ranks``) runs the same order with a
 ``RankGroup``: only a replica's leader starts an engine, and the ranks meet between the
@@ -160,6 +162,17 @@ def _record_failure(result: TrialResult, exc: BaseException, log_text: str, trac
     if trace.strip().splitlines()[-1] not in log_text:  # logging did not reach stderr
         log_text = f"{log_text}\n{trace}"
     result.log_tail = log_text[-LOG_TAIL_CHARS:]
+
+
+def _collected(phase: str, collector: dict[str, float]) -> dict[str, float]:
+    """Python's collector in a stretch of the hand-over: its seconds, its collections and
+    the full ones among them (each a walk of the whole heap; ``train_gc_walk_s`` is what one
+    costs this process), as verl's traced ``update_weights`` records them."""
+    return {
+        f"{phase}_gc_s": collector["gc_s"],
+        f"{phase}_gcs": collector["gcs"],
+        f"{phase}_full_gcs": collector["full_gcs"],
+    }
 
 
 def check_spec(spec: TrialSpec) -> None:
@@ -398,7 +411,7 @@ class _Trial:
         self.timings["weight_sync"] = synced.seconds
         self.metrics.update(synced.metrics())
         self.metrics["weight_sync_first_s"] = first.seconds
-        self.metrics["weight_sync_gc_s"] = collector["gc_s"]  # Python's collector's share
+        self.metrics.update(_collected("weight_sync", collector))
         self.mark("weights_synced")
 
     @contextmanager
@@ -519,7 +532,7 @@ class _Trial:
         ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
         answer), so they meet at the same points.
         """
-        from trials.actor_state import release
+        from trials.actor_state import hand_back
 
         backend, actor = self.backend, self.actor
         asleep = engine is EngineState.ASLEEP
@@ -535,14 +548,14 @@ class _Trial:
             self.meet("weights_in")  # the peak: parameters and engine weights on every GPU
             reload_s += actor.offload_params()
             if asleep:
-                parts["engine_wake_release_s"] = actor.timed(lambda: release(actor.device))
+                parts["engine_wake_release_s"] = actor.timed(lambda: hand_back(actor.device))
                 if backend is not None:
                     parts["engine_wake_kv_cache_s"] = backend.wake_up(["kv_cache"])
             self.meet("awake")
         wake_s = sum(parts.values())
         self.metrics.update(parts)
         if asleep:
-            self.metrics["engine_wake_gc_s"] = collector["gc_s"]  # Python's collector's share
+            self.metrics.update(_collected("engine_wake", collector))
         self.metrics["actor_wake_reload_s"] = reload_s
         self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
         self.metrics["actor_reload_s"] = self.timings["actor_reload"]

@@ -66,7 +66,7 @@ from trials.phases import in_phase
 from trials.types import TrialSpec
 from trials.verl.cut import PHASES as CUT_PHASES
 from trials.verl.cut import CutPlan, PreparedCut
-from trials.verl.gcclock import CLOCK, heap
+from trials.verl.gcclock import CLOCK, heap, walk
 from trials.workload import random_sequences
 
 log = logging.getLogger(__name__)
@@ -485,6 +485,7 @@ def run_train(
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
     metrics["train_heap_objects"] = heap()["heap_objects"]  # after the timed phases
+    metrics["train_gc_walk_s"] = walk()  # what one full collection costs this process
 
 
 @contextlib.contextmanager

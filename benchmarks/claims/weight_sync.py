@@ -12,6 +12,7 @@ from benchmarks.claims.data import Line, generated_from, job_of, load, table, tr
 from benchmarks.claims.verify import GPU_VERIFY_SAME_BATCH
 
 WEIGHT_SYNC_H100 = "results/gpu-weight-sync-qwen2.5-0.5b-h100.json"
+WEIGHT_SYNC_H100_GC = "results/gpu-weight-sync-qwen2.5-0.5b-h100-gc.json"
 UPDATE_WEIGHTS = "timing_s/update_weights"
 BUCKET = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
 
@@ -81,19 +82,36 @@ def weight_sync(rel: str, verl_rel: str = GPU_VERIFY_SAME_BATCH) -> Callable[[],
             / trial_timer(t, UPDATE_WEIGHTS)
             for t in trials
         ]
+        if collected:
+            collector = [
+                (t["metrics"]["weight_sync_gc_s"] + t["metrics"]["engine_wake_gc_s"])
+                / (t["metrics"]["weight_sync_release_s"] + t["metrics"]["engine_wake_release_s"])
+                for t in trials
+            ]
+            released_line = [
+                Line(""),
+                Line(
+                    f"Of the releases, Python's collector took {100 * min(collector):.0f}-"
+                    f"{100 * max(collector):.0f}%; emptying the CUDA cache took the rest.",
+                    sources,
+                ),
+            ]
+        else:
+            released_line = []
         verl_all = [v for values in verl.values() for v in values]
         software = trials[0]["software"]
         sources = tuple(f"{rel}#{t['number']}" for t in trials)
         lines = table(header, rows) + [
             Line(""),
             Line(
-                f"The cold first sync took {100 * min(first):.0f}-{100 * max(first):.0f}% longer than the "
-                f"timed second ({len(trials)} trials). Releasing memory (the bucket buffer "
+                f"The cold first sync took {100 * min(first):+.0f}% to {100 * max(first):+.0f}% against "
+                f"the timed second ({len(trials)} trials). Releasing memory (the bucket buffer "
                 "after the sync; the actor's cache before the KV cache wakes: Python's collector and "
                 f"the CUDA cache emptied) took {100 * min(released):.0f}-{100 * max(released):.0f}% of "
                 "the trial's sync and wake together.",
                 sources,
             ),
+            *released_line,
         ]
         if verl_all:
             lines += [

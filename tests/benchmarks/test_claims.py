@@ -226,3 +226,18 @@ def test_the_hosts_plain_python_work_is_each_kinds_ok_runs_median_range_and_coun
     assert [line.text for line in search.cross_host_work()] == [
         "No run of either kind of host timed its imports yet."
     ]
+
+
+def test_verls_measured_update_weights_are_its_measured_steps_calls() -> None:
+    """The worker's first ``update_weights`` is verl's ``on_init_end`` and step k's is call
+    k + 1: with four steps, the first a warm-up, the measured calls are 3-5."""
+    from benchmarks.claims.update_weights_gc import measured_calls
+
+    trace = [{"call": "update_weights", "call_number": n, "full_gcs": float(n)} for n in range(1, 6)]
+    trace.insert(2, {"call": "forward_backward_batch", "call_number": 3})
+    verl = {"steps": [{}] * 4, "warmup_steps": 1, "trace": trace}
+    assert [c["call_number"] for c in measured_calls(verl)] == [3, 4, 5]
+    assert all(c["call"] == "update_weights" for c in measured_calls(verl))
+    verl["warmup_steps"] = 2  # a longer warm-up leaves fewer measured
+    assert [c["call_number"] for c in measured_calls(verl)] == [4, 5]
+    assert measured_calls({"steps": [{}] * 4}) == []  # an untraced run

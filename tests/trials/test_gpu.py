@@ -231,7 +231,10 @@ def test_full_trial_on_cuda(tiny_config):
     wake_parts = ("engine_wake_weights_s", "engine_wake_release_s", "engine_wake_kv_cache_s")
     assert all(m[k] > 0 for k in wake_parts)
     assert sum(m[k] for k in wake_parts) == pytest.approx(m["engine_wake_s"])
-    assert 0 < m["engine_wake_gc_s"] <= m["engine_wake_s"]
+    # As in verl 0.9.1's update_weights, the cache is emptied without collecting garbage: no
+    # walk of the heap (the trial's took 0.13-0.5 s, verl's traced worker made none).
+    assert m["engine_wake_full_gcs"] == 0 and m["engine_wake_gc_s"] < m["engine_wake_s"]
+    assert m["weight_sync_full_gcs"] == 0  # nor does the sync's release of its bucket buffer
     # The timed weight sync is the second; the first, cold one is kept apart.
     assert m["weight_sync_first_s"] > 0 and m["weight_sync_load_s"] > 0
 

@@ -163,7 +163,7 @@ def test_a_repeated_batch_gives_each_steps_prompts_new_token_ids(tmp_path: Path)
 
 
 _TRACED_WORKER = """
-import json, os, sys
+import inspect, json, os, sys
 import ray
 from omegaconf import OmegaConf
 from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
@@ -175,8 +175,9 @@ ray.init(num_cpus=1, include_dashboard=False, runtime_env=OmegaConf.to_container
 def probe():
     from verl.single_controller.base.decorator import MAGIC_ATTR
     from verl.workers.engine.fsdp import transformer_impl
-    from verl.workers.engine_workers import TrainingWorker
+    from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
     wrapped = [TrainingWorker.infer_batch, TrainingWorker.train_mini_batch,
+               ActorRolloutRefWorker.update_weights,
                transformer_impl.FSDPEngine.forward_backward_batch,
                transformer_impl.FSDPEngineWithLMHead.forward_step, transformer_impl.prepare_micro_batches]
     # A traced cut records the collector's share in it (trials.verl.gcclock).
@@ -187,7 +188,8 @@ def probe():
     tu.assign_non_tensor(td, use_dynamic_bsz=True, max_token_len_per_gpu=24, micro_batch_size_per_gpu=1)
     micro_batches, _ = transformer_impl.prepare_micro_batches(td)
     return {"traced": [getattr(f, "_autotuner_traced", False) for f in wrapped],
-            "register_kept": hasattr(TrainingWorker.infer_batch, MAGIC_ATTR),
+            "register_kept": all(hasattr(f, MAGIC_ATTR) for f in wrapped[:3]),
+            "coroutine_kept": inspect.iscoroutinefunction(ActorRolloutRefWorker.update_weights),
             "folder": os.environ.get("AUTOTUNER_VERL_TRACE"),
             "micro_batches": len(micro_batches), "prepare": sorted(trace._last_prepare),
             "prepare_wall_s": trace._last_prepare["prepare_wall_s"]}
@@ -225,8 +227,9 @@ def test_a_traced_run_has_verls_ray_wrap_its_workers(tmp_path: Path) -> None:
     assert probe.pop("prepare_wall_s") > 0
     assert probe.pop("micro_batches") >= 2  # 39 tokens at 24 a micro-batch
     assert probe == {
-        "traced": [True] * 5,
+        "traced": [True] * 6,
         "register_kept": True,
+        "coroutine_kept": True,
         "folder": folder,
         "prepare": sorted(f"prepare_{k}" for k in ("wall_s", "cpu_s", "gc_s", "gcs", "full_gcs")),
     }

@@ -9,7 +9,8 @@ sender's bucket buffer (a CUDA IPC handle, or a shared-memory block by name wher
 not supported, e.g. CPU), rebuilds the bucket's tensors as views into it and hands them
 to the model's own ``load_weights``, which copies each into its parameter (cast to the
 engine's dtype, this worker's tensor-parallel shard). The opened buffer is kept across
-the buckets of one sync and released after the last, as verl's receiver does.
+the buckets of one sync and released after the last, as verl's receiver does (verl 0.9.1:
+CUDA's IPC references and the allocator's cache released, no garbage collected).
 
 On CPU, vLLM packs each linear layer's weight into a oneDNN handle after loading and drops
 the parameter, so ``load_weights`` alone cannot reach it: there the sync runs as vLLM's own
@@ -139,8 +140,9 @@ class WeightReceiver:
             return
         block = opened[2]
         del opened
-        gc.collect()  # the views into the block must be gone before it closes
         if block is not None:
+            gc.collect()  # the views into the block must be gone before it closes
             block.close()
         elif torch.cuda.is_available():
+            # As verl 0.9.1's receiver (``BucketedWeightReceiver._cleanup``): no collection.
             torch.cuda.ipc_collect()

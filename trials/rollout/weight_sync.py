@@ -12,7 +12,8 @@ before sending; the engine's loader casts), into the engine:
   engine's workers by CUDA IPC (a shared-memory block where IPC is not supported); per
   bucket the sender sends the tensors' metadata and waits until the workers rebuilt the
   views and ran their model's ``load_weights``. A tensor larger than a whole bucket goes
-  alone, shared from its own memory.
+  alone, shared from its own memory. After the last bucket the sender drops the buffer and
+  empties the allocator's cache; verl 0.9.1 collects no garbage there (v0.9.0 did).
 - SGLang (``sglang_rollout/sglang_rollout.py``): the same grouping by size, each group
   handed to ``Engine.update_weights_from_tensor`` (tensors shared by CUDA IPC).
 
@@ -197,8 +198,10 @@ def _buffer(nbytes: int, device: torch.device) -> Iterator[tuple[torch.Tensor, s
         try:
             yield buffer, None
         finally:
+            # As verl 0.9.1's sender cleans up (``BucketedWeightSender._cleanup``): the
+            # buffer dropped, CUDA's IPC references and the allocator's cache released.
+            # v0.9.0's ``gc.collect()`` here, a walk of the whole heap, is gone in 0.9.1.
             del buffer
-            gc.collect()
             torch.cuda.ipc_collect()
             torch.cuda.empty_cache()
         return

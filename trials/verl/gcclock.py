@@ -79,3 +79,14 @@ def heap() -> dict[str, float]:
         "gc_threshold_1": float(second),
         "gc_threshold_2": float(third),
     }
+
+
+def walk() -> float:
+    """The seconds a full collection takes with nothing left to free: the walk of the heap
+    alone, what every ``gc.collect()`` costs this process at least. One collection first, so
+    the timed one finds no garbage; both cost seconds in a large process: call it outside
+    what is timed."""
+    gc.collect()
+    t0 = time.perf_counter()
+    gc.collect()
+    return time.perf_counter() - t0

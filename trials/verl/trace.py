@@ -26,6 +26,12 @@ unified-engine worker (``verl.workers.engine_workers.TrainingWorker``) and its F
   ``prepare_full_gcs``; ``pass_gc_s``, ``pass_gcs``, ``pass_full_gcs``:
   ``trials.verl.gcclock``) and, in the process's first pass, its heap (``heap_objects``...);
 - ``optimizer_step``: its seconds;
+- ``update_weights`` (the actor's worker, ``verl.workers.engine_workers.ActorRolloutRefWorker``:
+  verl's hand-over of the actor's weights to its rollout, what its driver's
+  ``timing_s/update_weights`` holds): its seconds and Python's collector in it
+  (``gc_s``, ``gcs``, ``full_gcs``), and, in the process's first (verl's ``on_init_end``,
+  outside its step timers), before the call, the process's heap and what a full collection
+  costs it with nothing to free (``gc_walk_s``, ``trials.verl.gcclock.walk``);
 
 and, with ``AUTOTUNER_PROFILE`` set (``trials.profiling``), a profile of a few micro-batches
 of one update pass of each process (profiled after the pass's first micro-batches and
@@ -51,7 +57,7 @@ from typing import Any
 
 from trials.profiling import BUSY_MIN_S, MicroBatchProfiler, busy_cores, host_cpu, pass_number
 from trials.profiling import folder as profile_folder
-from trials.verl.gcclock import CLOCK, heap
+from trials.verl.gcclock import CLOCK, heap, walk
 
 TRACE_ENV = "AUTOTUNER_VERL_TRACE"
 _PASS_COLLECTOR = ("pass_gc_s", "pass_gcs", "pass_full_gcs")
@@ -66,6 +72,7 @@ _ALLOC_STATS = {
 _marks: list[tuple[Any, int, float, float]] | None = None  # (CUDA event, tokens, CPU clock, thread time)
 _last_prepare: dict[str, float] = {}
 _heap_recorded = [False]
+_update_weights_calls = [0]
 # The profile of this process's update pass number ``profiling.pass_number()``, while it runs.
 _profiler: MicroBatchProfiler | None = None
 _update_passes = [0]
@@ -86,6 +93,7 @@ def install() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     worker = engine_workers.TrainingWorker
     engine = transformer_impl.FSDPEngine
+    _wrap_update_weights(engine_workers.ActorRolloutRefWorker, out)
     _wrap(worker, "infer_batch", out, _role_of_worker)
     _wrap(worker, "train_mini_batch", out, _role_of_worker)
     _wrap(engine, "optimizer_step", out, _role_of_engine)
@@ -213,6 +221,32 @@ def _wrap(cls: type, name: str, out: Path, role_of: Callable[[Any], str]) -> Non
 
     traced._autotuner_traced = True  # type: ignore[attr-defined]
     setattr(cls, name, traced)
+
+
+def _wrap_update_weights(worker: type, out: Path) -> None:
+    """The worker's ``update_weights`` (a coroutine: Ray runs it on the actor's event loop),
+    with Python's collector in it; the process's heap and its walk before the first."""
+    original = getattr(worker, "update_weights", None)
+    if original is None or getattr(original, "_autotuner_traced", False):
+        return
+
+    @functools.wraps(original)
+    async def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _update_weights_calls[0] += 1
+        record: dict[str, Any] = {"call": "update_weights", "role": "actor", "pid": os.getpid()}
+        if _update_weights_calls[0] == 1:  # verl's on_init_end: no step timer runs
+            record.update(heap(), gc_walk_s=walk())
+        collector: dict[str, float] = {}
+        record["start"] = time.time()
+        with CLOCK.install().window(collector):
+            result = await original(self, *args, **kwargs)
+        record.update(end=time.time(), wall_s=collector.pop("wall_s"), call_number=_update_weights_calls[0])
+        record.update(collector)
+        _write(out, record)
+        return result
+
+    traced._autotuner_traced = True  # type: ignore[attr-defined]
+    setattr(worker, "update_weights", traced)  # noqa: B010
 
 
 def _wrap_pass(engine: type, out: Path) -> None:

@@ -1,0 +1,114 @@
+"""Parts of the READMEs on Python's collector in the hand-over before a rollout: the trials'
+weight sync and engine wake beside verl's traced ``update_weights`` (``trials.verl.trace``),
+the same configs on one host (``verl_compare --trace`` on ``jobs/qwen2.5-0.5b-weight-sync.yaml``)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from benchmarks.claims.data import Line, generated_from, load, table, trial_timer, verl_steps
+
+UPDATE_WEIGHTS_GC_H200 = "results/verl-qwen2.5-0.5b-h200-update-weights-gc.json"
+UPDATE_WEIGHTS = "timing_s/update_weights"
+
+
+def _s(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _span(values: list[float], digits: int = 3) -> str:
+    low, high = (f"{v:.{digits}f}" for v in (min(values), max(values)))
+    return low if low == high else f"{low}-{high}"
+
+
+def measured_calls(verl: dict[str, Any]) -> list[dict[str, Any]]:
+    """The traced ``update_weights`` of a verl run's measured steps. The worker's first call
+    is verl's ``on_init_end``; step ``k``'s ``on_step_end`` makes call ``k + 1``."""
+    first = verl.get("warmup_steps", 1) + 2
+    last = len(verl["steps"]) + 1
+    calls = [r for r in verl.get("trace") or [] if r.get("call") == "update_weights"]
+    return [r for r in calls if first <= r["call_number"] <= last]
+
+
+def _init_call(verl: dict[str, Any]) -> dict[str, Any]:
+    return next(r for r in verl["trace"] if r.get("call") == "update_weights" and r["call_number"] == 1)
+
+
+def update_weights_gc(rel: str = UPDATE_WEIGHTS_GC_H200) -> list[Line]:
+    """A row per trial and per verl run: the hand-over's seconds, its full collections, the
+    collector's seconds in it, and what one full collection costs the process."""
+    data = load(rel)
+    trials = [r for r in data["runs"] if r["kind"] == "trial" and r["status"] == "ok"]
+    verls = [r for r in data["runs"] if r["kind"] == "verl" and r["status"] == "ok"]
+    header = [
+        "run",
+        "hand-over s (trial: sync + wake; verl: update_weights, median)",
+        "full collections in it",
+        "the collector's s in it",
+        "one full collection, nothing to free s",
+        "heap objects",
+    ]
+    rows = []
+    for t in trials:
+        m = t["metrics"]
+        rows.append(
+            (
+                [
+                    f"trial, {t['config']} (round {t['round']})",
+                    _s(trial_timer(t, UPDATE_WEIGHTS)),
+                    f"{m['weight_sync_full_gcs']:.0f} + {m['engine_wake_full_gcs']:.0f}",
+                    _s(m["weight_sync_gc_s"] + m["engine_wake_gc_s"]),
+                    _s(m["train_gc_walk_s"]),
+                    f"{m['train_heap_objects']:.0f}",
+                ],
+                (rel,),
+            )
+        )
+    for v in verls:
+        calls, init = measured_calls(v), _init_call(v)
+        rows.append(
+            (
+                [
+                    f"verl, {v['config']} (steps {v.get('warmup_steps', 1) + 1}-{len(v['steps'])})",
+                    _s(statistics.median(s[UPDATE_WEIGHTS] for s in verl_steps(v))),
+                    _span([c["full_gcs"] for c in calls], 0),
+                    _span([c["gc_s"] for c in calls]),
+                    _s(init["gc_walk_s"]),
+                    f"{init['heap_objects']:.0f}",
+                ],
+                (rel,),
+            )
+        )
+    trial_full = [t["metrics"]["weight_sync_full_gcs"] + t["metrics"]["engine_wake_full_gcs"] for t in trials]
+    trial_gc = [t["metrics"]["weight_sync_gc_s"] + t["metrics"]["engine_wake_gc_s"] for t in trials]
+    share = [g / trial_timer(t, UPDATE_WEIGHTS) for g, t in zip(trial_gc, trials, strict=True)]
+    verl_full = [c["full_gcs"] for v in verls for c in measured_calls(v)]
+    verl_s = [statistics.median(s[UPDATE_WEIGHTS] for s in verl_steps(v)) for v in verls]
+    without = [trial_timer(t, UPDATE_WEIGHTS) - g for g, t in zip(trial_gc, trials, strict=True)]
+    software = trials[0]["software"]
+    versions = verls[0]["versions"]
+    return table(header, rows) + [
+        Line(""),
+        Line(
+            f"verl's worker made {_span(verl_full, 0)} full collections in each "
+            f"of its measured `update_weights` ({len(verl_full)} calls). The trials made "
+            f"{_span(trial_full, 0)} a step, one as the sync freed its bucket "
+            f"buffer and one before the KV cache woke, together {_span(trial_gc)} s, "
+            f"{100 * min(share):.0f}-{100 * max(share):.0f}% of their sync and wake. Less the "
+            f"collector, the trials' sync and wake took {_span(without)} s, against verl's "
+            f"{_span(verl_s)} s.",
+            (rel,),
+        ),
+        Line(""),
+        Line(
+            f"Device: {software['gpu']}, driver {software['driver']}, CUDA {software['cuda']}; "
+            f"torch {software['torch']}, vLLM {software['vllm']}, verl {versions['verl']} "
+            f"(transformers {versions['transformers']} in verl's runs).",
+            (rel,),
+        ),
+        Line(""),
+        Line(f"Command: {data['command']}", (rel,)),
+        Line(""),
+        generated_from(rel),
+    ]
