@@ -32,10 +32,11 @@ the trial measures one), in the phases a trial samples (``trials.runner``):
   forward the units in use come in as float32 shards and their compute-dtype copies. On
   the CPU its compute-dtype shard stays beside the actor.
 - ``wake``: the next step's hand-over: the engine's weights wake beside the actor (whose
-  parameters come in for the weight sync under ``param_offload``), then its full budget is
-  back beside it. Trained with expandable segments (CUDA, verl's setting) the actor's
-  process emptied its cache as training ended; without them that cache still holds what
-  training used while the weights wake.
+  parameters stay on the CPU under ``param_offload``: verl's FSDP2 streams them into the
+  sync tensor by tensor), then its full budget is back beside it. Trained with
+  expandable segments (CUDA, verl's setting) the actor's process emptied its cache as
+  training ended; without them that cache still holds what training used while the
+  weights wake.
 
 On a CPU 'device' (the trial's RSS over its own baseline, under a real allocation cap)
 the same terms apply without CUDA contexts or graphs; only the actor plus the engine's
@@ -463,19 +464,18 @@ class MemoryModel:
             if rollout and trial.train_probe:  # the same micro-batches before the engine starts
                 phases["train_probe"] = context + max(sub.values())
             if rollout:
-                # The hand-over: the engine's weights wake, the actor's parameters come in
-                # under param_offload and go out after the sync, then the KV cache wakes (the
-                # start-up's level). Trained with expandable segments on CUDA (verl's setting,
+                # The hand-over: the engine's weights wake beside the actor as training left
+                # it (under param_offload its parameters stay on the CPU), then the KV cache
+                # wakes (the start-up's level). Trained with expandable segments on CUDA (verl's setting,
                 # ``TrainKnobs.expandable_segments``), the actor's process emptied its cache
                 # as training ended (``trials.actor_state.train_allocator``); otherwise that
                 # cache still holds what training used while the weights wake.
-                reload = params if t.param_offload else 0.0
                 tp = max(r.tensor_model_parallel_size, 1)
                 weights = self._compute_bytes(trial) * a.num_parameters / tp / GIB
                 if cuda and t.expandable_segments:
-                    phases["wake"] = max(phases["startup"], base + asleep + reload + weights)
+                    phases["wake"] = max(phases["startup"], base + asleep + weights)
                 else:
-                    phases["wake"] = max(phases["startup"] + reload, phases["train"] + reload + weights)
+                    phases["wake"] = max(phases["startup"], phases["train"] + weights)
         return MemoryPrediction(phases, {}, self.capacity_gib, components)
 
     def _train_sub_phases(

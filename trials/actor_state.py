@@ -26,7 +26,10 @@ whole trial, so the engine starts, sleeps and wakes beside what it has beside it
   state go to the CPU after the build and between the sub-phases that use them, as
   verl's ``offload_fsdp_model_to_cpu`` / ``offload_fsdp_optimizer`` move them (then
   empty the allocator's cache), and come back before; each ``load_*``/``offload_*``
-  returns the seconds its move took, which the step pays.
+  returns the seconds its move took, which the step pays. The parameters move without
+  blocking, into and out of pinned host memory, as verl 0.9.1 moves them (0.9.0 copied
+  them into pageable memory, blocking); the build's offload pays the pinned allocation,
+  before anything is timed.
 
 With ``TrialSpec.actor_fsdp`` False the actor is a plain module holding the whole model
 on one device whatever ``n_gpus`` is (no process group), and so is its reference model.
@@ -96,7 +99,11 @@ class ActorState:
         return time.perf_counter() - t0
 
     def load_params(self) -> float:
-        return self.timed(lambda: self.model.to(self.device)) if self.param_offload else 0.0
+        """verl 0.9.1's ``load_fsdp2_model_to_gpu``: a non-blocking copy from the pinned
+        host memory the offload left (``_to_cpu``)."""
+        if not self.param_offload:
+            return 0.0
+        return self.timed(lambda: self.model.to(self.device, non_blocking=True))
 
     def offload_params(self) -> float:
         return self.timed(lambda: _to_cpu(self.model)) if self.param_offload else 0.0
@@ -327,8 +334,11 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _to_cpu(module: torch.nn.Module) -> None:
+    """verl 0.9.1's ``offload_fsdp2_model_to_cpu``: a non-blocking copy, which PyTorch
+    makes into pinned host memory (its caching host allocator keeps the blocks for the
+    next offload), then the allocator's cache emptied. The caller synchronises."""
     device = next(module.parameters()).device
-    module.to("cpu")
+    module.to("cpu", non_blocking=True)
     _empty_cache(device)
 
 

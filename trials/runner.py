@@ -25,11 +25,11 @@ trial runs the phases in that order, whatever order ``spec.phases`` lists them i
 4. ``old_log_prob``, ``ref_log_prob``, ``update_actor`` (``train``), under the cap, the CUDA
    allocator with expandable segments as verl's training worker has it then
    (``train.expandable_segments``; ``train_expandable_segments`` records it).
-5. ``engine_wake`` (with both phases): the next step's hand-over, as verl's
-   ``rollout_mode`` does it: actor parameters in (``param_offload``), engine weights
-   woken, parameters out, the device synchronised and the allocator's cache emptied (no
-   collection of Python's garbage: verl 0.9.1's ``update_weights`` makes none), KV cache
-   woken.
+5. ``engine_wake`` (with both phases, the engine asleep): the next step's hand-over, as
+   verl 0.9.1's ``update_weights`` makes it around its sync: engine weights woken, the
+   device synchronised and the allocator's cache emptied (no collection of Python's
+   garbage: verl 0.9.1 makes none), KV cache woken. The actor's parameters do not move:
+   under ``param_offload`` the sync streams them from the CPU, as verl's FSDP2 does.
 
 A rank of a trial over several GPUs (``trials.ranks``) runs the same order with a
 ``RankGroup``: only a replica's leader starts an engine, and the ranks meet between the
@@ -111,7 +111,6 @@ ADOPTED = (
     "engine_wake_",
     "engine_asleep_gib",
     "wake_peak_memory_gib",
-    "actor_wake_reload_s",
     "weight_sync_",
 )
 LOG_TAIL_CHARS = 12_000
@@ -478,9 +477,6 @@ class _Trial:
         for part in ROLLOUT_COMPONENTS:
             if part in reuse.get("timings", {}):
                 self.timings[part] = float(reuse["timings"][part])
-        wake_reload = float(donor.get("actor_wake_reload_s", 0.0))
-        if wake_reload:
-            self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + wake_reload
         for key in ("rollout_peak_memory_gib", "wake_peak_memory_gib"):
             if key in self.metrics:
                 self.peaks.append(self.metrics[key])
@@ -527,7 +523,12 @@ class _Trial:
 
     # 5. engine_wake
     def hand_over(self, engine: EngineState) -> None:
-        """The next step's ``rollout_mode``: weights in, engine awake, weights out.
+        """The next step's hand-over, as verl 0.9.1's ``update_weights`` makes it around the
+        sync: the engine's weights woken, the device synchronised and its cache emptied on
+        every rank (a barrier), the KV cache woken. The actor's parameters stay where training left them: under
+        ``param_offload`` on the CPU, from where the sync streams them tensor by tensor, as
+        verl's FSDP2 engine does (``get_per_tensor_param`` stages the whole module on the GPU
+        only under FSDP1, which the trial refuses with ``param_offload``).
 
         ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
         answer), so they meet at the same points.
@@ -535,33 +536,22 @@ class _Trial:
         from trials.actor_state import hand_back
 
         backend, actor = self.backend, self.actor
-        asleep = engine is EngineState.ASLEEP
-        if engine is EngineState.GONE or actor is None or not (asleep or actor.param_offload):
+        if engine is not EngineState.ASLEEP or actor is None:
             return
-        reload_s = 0.0
         parts: dict[str, float] = {}  # engine_wake's parts, each a metric
         collector: dict[str, float] = {}
         with self.sampled("wake"), in_phase("engine_wake"), CLOCK.install().window(collector):
-            reload_s += actor.load_params()
-            if asleep and backend is not None:
+            if backend is not None:
                 parts["engine_wake_weights_s"] = backend.wake_up(["weights"])
-            self.meet("weights_in")  # the peak: parameters and engine weights on every GPU
-            reload_s += actor.offload_params()
-            if asleep:
-                parts["engine_wake_release_s"] = actor.timed(lambda: hand_back(actor.device))
-                if backend is not None:
-                    parts["engine_wake_kv_cache_s"] = backend.wake_up(["kv_cache"])
+            self.meet("weights_in")  # the peak: the engine's weights beside the actor on every GPU
+            parts["engine_wake_release_s"] = actor.timed(lambda: hand_back(actor.device))
+            self.meet("released")  # verl 0.9.1's barrier: every rank's cache emptied first
+            if backend is not None:
+                parts["engine_wake_kv_cache_s"] = backend.wake_up(["kv_cache"])
             self.meet("awake")
-        wake_s = sum(parts.values())
         self.metrics.update(parts)
-        if asleep:
-            self.metrics.update(_collected("engine_wake", collector))
-        self.metrics["actor_wake_reload_s"] = reload_s
-        self.timings["actor_reload"] = self.timings.get("actor_reload", 0.0) + reload_s
-        self.metrics["actor_reload_s"] = self.timings["actor_reload"]
-        if asleep:
-            self.timings["engine_wake"] = wake_s
-            self.metrics["engine_wake_s"] = wake_s
+        self.metrics.update(_collected("engine_wake", collector))
+        self.timings["engine_wake"] = self.metrics["engine_wake_s"] = sum(parts.values())
 
     # the end
     def release(self) -> None:
