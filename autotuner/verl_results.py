@@ -35,8 +35,8 @@ from trials.verl.types import VerlRunResult
 VERL_THROUGHPUT = "perf/throughput"
 VERL_STEP = "timing_s/step"
 # A trial's phase (``TrialResult.phase_timings_s``) and the verl timing that measures it: the
-# rollout's error is that of the trial's ``gen`` (the rollout and verl's replay-buffer poll,
-# ``trials.step.VERL_TIMERS``).
+# rollout's error is that of the trial's ``gen`` (the rollout, verl's replay-buffer poll and
+# the engine's sleep, ``trials.step.VERL_TIMERS``).
 PHASE_KEYS: dict[str, str] = {
     "rollout": "timing_s/gen",
     "old_log_prob": "timing_s/old_log_prob",

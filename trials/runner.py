@@ -525,10 +525,11 @@ class _Trial:
     def hand_over(self, engine: EngineState) -> None:
         """The next step's hand-over, as verl 0.9.1's ``update_weights`` makes it around the
         sync: the engine's weights woken, the device synchronised and its cache emptied on
-        every rank (a barrier), the KV cache woken. The actor's parameters stay where training left them: under
-        ``param_offload`` on the CPU, from where the sync streams them tensor by tensor, as
-        verl's FSDP2 engine does (``get_per_tensor_param`` stages the whole module on the GPU
-        only under FSDP1, which the trial refuses with ``param_offload``).
+        every rank (a barrier), the KV cache woken. The actor's parameters stay where
+        training left them: under ``param_offload`` on the CPU, from where the sync streams
+        them tensor by tensor, as verl's FSDP2 engine does (``get_per_tensor_param`` stages
+        the whole module on the GPU only under FSDP1, which the trial refuses with
+        ``param_offload``).
 
         ``engine``: where ``free_engine`` left it. Every rank decides alike (the leader's
         answer), so they meet at the same points.

@@ -54,10 +54,12 @@ VERL_REPLAY_POLL_S = 2.0
 # ``update_weights`` (``trainer/ppo/v1/trainer_sync.py`` ``on_step_end``, the colocated
 # ``workers/engine_workers.py`` ``update_weights``) wakes the engine's weights, syncs them,
 # empties the cache and wakes the KV cache: the trial's ``weight_sync`` and the hand-over it
-# times apart, ``engine_wake`` (the actor's offload moves around it stay in ``actor_reload``).
+# times apart, ``engine_wake``. verl's ``gen`` (``trainer/ppo/v1/trainer_base.py``
+# ``_step_once``) waits for the replay buffer's sample, then puts the engine to sleep
+# (``on_sample_end``): the trial's rollout, its poll and ``engine_sleep``.
 VERL_TIMERS: dict[str, tuple[str, ...]] = {
     "timing_s/update_weights": ("weight_sync", "engine_wake"),
-    "timing_s/gen": ("rollout", "rollout_poll"),
+    "timing_s/gen": ("rollout", "rollout_poll", "engine_sleep"),
     "timing_s/old_log_prob": ("old_log_prob",),
     "timing_s/ref": ("ref_log_prob",),
     "timing_s/update_actor": ("update_actor",),

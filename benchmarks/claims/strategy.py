@@ -21,7 +21,7 @@ STRATEGIES = ("fsdp", "fsdp2")
 FIGURES = (
     ("step throughput, tok/s/GPU", "perf/throughput"),
     ("update_weights (weight sync + wake), s", "timing_s/update_weights"),
-    ("gen (rollout + poll), s", "timing_s/gen"),
+    ("gen (rollout + poll + sleep), s", "timing_s/gen"),
     ("old_log_prob, s", "timing_s/old_log_prob"),
     ("ref, s", "timing_s/ref"),
     ("update_actor, s", "timing_s/update_actor"),

@@ -15,7 +15,7 @@ from trials.verl.cut import PHASES as CUT_PHASES
 VERL_THREE = "results/verl-qwen2.5-1.5b-h100x2-three.json"
 CONFIGS = ("defaults", "example", "winner")
 # verl's step timers the table sets beside the trial's, by the trial's name for them.
-# (gen: the trial's rollout and the poll, ``trials.step.VERL_TIMERS``)
+# (gen: the trial's rollout, the poll and the engine's sleep, ``trials.step.VERL_TIMERS``)
 TIMERS = {
     "gen": "timing_s/gen",
     "old_log_prob": "timing_s/old_log_prob",

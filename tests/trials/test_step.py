@@ -115,4 +115,7 @@ def test_a_trials_parts_as_verls_timers_time_them():
     # verl's update_weights wakes the engine too: the sync and the hand-over together.
     woken = as_verl_timers({"weight_sync": 0.4, "engine_wake": 0.5, "rollout": 1.0})
     assert woken["timing_s/update_weights"] == pytest.approx(0.9)
+    # verl's gen ends once the engine is asleep (its on_sample_end): the trial's sleep is in it.
+    slept = as_verl_timers({"rollout": 13.04, "rollout_poll": 0.96, "engine_sleep": 0.25})
+    assert slept["timing_s/gen"] == pytest.approx(14.25)
     assert "timing_s/update_weights" not in as_verl_timers({"engine_wake": 0.5, "rollout": 1.0})
