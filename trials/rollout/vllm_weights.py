@@ -144,5 +144,8 @@ class WeightReceiver:
             gc.collect()  # the views into the block must be gone before it closes
             block.close()
         elif torch.cuda.is_available():
-            # As verl 0.9.1's receiver (``BucketedWeightReceiver._cleanup``): no collection.
+            # As verl 0.9.1's receiver (``BucketedWeightReceiver._cleanup``): the IPC
+            # references released and the worker's cache emptied (what loading cast and copied
+            # through it), no collection.
             torch.cuda.ipc_collect()
+            torch.cuda.empty_cache()
