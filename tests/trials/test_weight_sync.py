@@ -190,7 +190,7 @@ def test_vllm_on_a_gpu_loads_the_actors_weights_by_cuda_ipc(tiny_config, vocab_s
         synced = sync_weights(actor_weights(actor, cuda), backend, 1, cuda)
         # The bucket buffers went back without a collection of Python's garbage (verl 0.9.1's
         # clean-up): the engine let go of them and the sender's IPC references were released.
-        assert torch.cuda.memory_allocated(cuda) == allocated
+        assert torch.cuda.memory_allocated(cuda) - allocated < MIB  # no 1 MiB bucket left behind
         after = _engine_params(backend)
     finally:
         backend.shutdown()
