@@ -485,7 +485,8 @@ def run_train(
     timings["actor_reload"] = timings.get("actor_reload", 0.0) + reload_s
     metrics["actor_reload_s"] = timings["actor_reload"]
     metrics["train_heap_objects"] = heap()["heap_objects"]  # after the timed phases
-    metrics["train_gc_walk_s"] = walk()  # what one full collection costs this process
+    if spec.device == "cuda":  # what one full collection costs this process, beside verl's worker's
+        metrics["train_gc_walk_s"] = walk()
 
 
 @contextlib.contextmanager

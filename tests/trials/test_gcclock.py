@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from trials.verl.gcclock import GcClock, heap
+from trials.verl.gcclock import GcClock, heap, walk
 
 
 def test_a_window_counts_the_collections_inside_it_only() -> None:
@@ -42,3 +42,26 @@ def test_install_is_idempotent_and_the_heap_is_described() -> None:
     described = heap()
     assert described["heap_objects"] > len(held)  # objects are not tracked, lists are: > 1
     assert described["gc_enabled"] == 1 and described["gc_threshold_0"] == gc.get_threshold()[0]
+
+
+def test_the_walk_times_a_collection_that_finds_nothing_to_free() -> None:
+    """``walk``: a first collection frees what is there, the timed second finds nothing."""
+    collected: list[int] = []
+
+    def record(phase: str, info: dict) -> None:
+        if phase == "stop":
+            collected.append(info["collected"])
+
+    gc.disable()  # no collection of its own frees the garbage before the walk
+    gc.callbacks.append(record)
+    try:
+        for _ in range(1000):  # cyclic garbage only a collection frees
+            cycle: list = []
+            cycle.append(cycle)
+        del cycle
+        seconds = walk()
+    finally:
+        gc.callbacks.remove(record)
+        gc.enable()
+    assert seconds > 0
+    assert collected[0] >= 999 and collected[-1] == 0

@@ -235,6 +235,7 @@ def test_full_trial_on_cuda(tiny_config):
     # walk of the heap (the trial's took 0.13-0.5 s, verl's traced worker made none).
     assert m["engine_wake_full_gcs"] == 0 and m["engine_wake_gc_s"] < m["engine_wake_s"]
     assert m["weight_sync_full_gcs"] == 0  # nor does the sync's release of its bucket buffer
+    assert m["train_gc_walk_s"] > 0  # what one would cost: a walk of the trial's heap
     # The timed weight sync is the second; the first, cold one is kept apart.
     assert m["weight_sync_first_s"] > 0 and m["weight_sync_load_s"] > 0
 

@@ -87,8 +87,9 @@ def test_full_trial_on_cpu(tiny_config, engine):
     assert parts == pytest.approx(m["weight_sync_s"])
     assert 0 < m["weight_sync_gc_s"] <= m["weight_sync_s"]  # the buffer's release collects
     assert m["weight_sync_full_gcs"] >= 1 and m["weight_sync_gcs"] >= m["weight_sync_full_gcs"]
-    # What one full collection costs the trial's process (a walk of its heap, nothing to free).
-    assert m["train_gc_walk_s"] > 0
+    # What one full collection costs the process is walked on a GPU only, where verl's worker
+    # records it too (tests/trials/test_gpu.py).
+    assert "train_gc_walk_s" not in m
     step = sum(t[p] for p in STEP_COMPONENTS if p in t)
     # verl sees the rollout at its replay buffer's first 2 s poll after the rollout's end.
     gen = m["rollout_makespan_s"] + t["rollout_poll"]
