@@ -8,13 +8,10 @@ import statistics
 from typing import Any
 
 from benchmarks.claims.data import Line, generated_from, load, table, trial_timer, verl_steps
+from benchmarks.claims.weight_sync import UPDATE_WEIGHTS
+from benchmarks.claims.weight_sync import seconds as _s
 
 UPDATE_WEIGHTS_GC_H200 = "results/verl-qwen2.5-0.5b-h200-update-weights-gc.json"
-UPDATE_WEIGHTS = "timing_s/update_weights"
-
-
-def _s(value: float) -> str:
-    return f"{value:.3f}"
 
 
 def _span(values: list[float], digits: int = 3) -> str:

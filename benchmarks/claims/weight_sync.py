@@ -29,12 +29,12 @@ def _verl_update_weights(rel: str) -> dict[str, list[float]]:
     return out
 
 
-def _s(value: float | None) -> str:
+def seconds(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
 
 
 def _parts(m: dict[str, Any], *keys: str) -> str:
-    return " / ".join(_s(m.get(k)) for k in keys)
+    return " / ".join(seconds(m.get(k)) for k in keys)
 
 
 def weight_sync(rel: str, verl_rel: str = GPU_VERIFY_SAME_BATCH) -> Callable[[], list[Line]]:
@@ -53,15 +53,15 @@ def weight_sync(rel: str, verl_rel: str = GPU_VERIFY_SAME_BATCH) -> Callable[[],
             cells = [
                 f"{t['number']} ({t['baseline'] or 'searched'})",
                 f"{m['weight_sync_buckets']:.0f} x {t['config'][BUCKET]} MB",
-                _s(m["weight_sync_first_s"]),
-                _s(m["weight_sync_s"]),
+                seconds(m["weight_sync_first_s"]),
+                seconds(m["weight_sync_s"]),
                 _parts(m, "weight_sync_pack_s", "weight_sync_load_s", "weight_sync_release_s"),
-                _s(m["engine_wake_s"]),
+                seconds(m["engine_wake_s"]),
                 _parts(m, "engine_wake_weights_s", "engine_wake_release_s", "engine_wake_kv_cache_s"),
             ]
             if collected:
                 cells.append(_parts(m, "weight_sync_gc_s", "engine_wake_gc_s"))
-            cells += [_s(sync_wake), ", ".join(_s(v) for v in verl_s) if verl_s else ""]
+            cells += [seconds(sync_wake), ", ".join(seconds(v) for v in verl_s) if verl_s else ""]
             sources = [f"{rel}#{t['number']}"] + ([verl_rel] if verl_s else [])
             rows.append((cells, tuple(sources)))
         header = [
