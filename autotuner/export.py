@@ -1,7 +1,8 @@
 """Export one trial's config as verl keys: a nested YAML fragment or Hydra override lines.
 
 ``verl_config`` is the single place that decides which keys are written: the tuned knobs,
-plus the keys the workload fixes and verl v0.9.0 needs to accept the config unchanged
+plus the keys the workload fixes and verl v0.9.0 needs to accept the config unchanged, and
+``actor.strategy: fsdp2`` where the actor's ``param_offload`` was measured under FSDP2
 (docs/verl-rules.md, section 2). ``to_yaml`` and ``to_overrides`` only
 format that dict. The output is a partial config: model path, data files and algorithm
 stay the user's, so it is merged into their verl config or passed as overrides.
@@ -48,8 +49,11 @@ WORKLOAD_KEYS: frozenset[str] = frozenset(
 )
 # The ref's token budget is not a knob: it copies the log-prob forward's budget.
 REF_TOKEN_KEY = REF + "log_prob_max_token_len_per_gpu"
+# Not a knob either: the FSDP a config with the actor's param_offload was measured under.
+STRATEGY_KEY = A + "strategy"
+_PARAM_OFFLOAD = A + "fsdp_config.param_offload"
 # Every key the exporter can ever emit.
-VERL_KEYS: frozenset[str] = frozenset(KNOBS) | WORKLOAD_KEYS | {REF_TOKEN_KEY}
+VERL_KEYS: frozenset[str] = frozenset(KNOBS) | WORKLOAD_KEYS | {REF_TOKEN_KEY, STRATEGY_KEY}
 
 _MAX_NUM_SEQS = R + "max_num_seqs"
 _MAX_NUM_SEQS_V090 = 256  # verl v0.9.0's YAML default (its dataclass says 1024)
@@ -95,6 +99,13 @@ def verl_config(config: dict[str, Any], spec: JobSpec) -> dict[str, Any]:
         del out[key]
     # Its default flipped 1024 <-> 256 across verl releases: always say which one was measured.
     out.setdefault(_MAX_NUM_SEQS, _MAX_NUM_SEQS_V090)
+    # A trial offloads the actor's parameters under FSDP2 only (``trialspec.actor_strategy``),
+    # whose weight sync streams them from the CPU tensor by tensor. Under verl's default FSDP1
+    # the sync loads the whole shard onto the GPU and offloads it again every step
+    # (``get_per_tensor_param``), which no trial measured: run what was measured. The ref
+    # follows (``ref.strategy: ${actor_rollout_ref.actor.strategy}`` in verl's YAML).
+    if out.get(_PARAM_OFFLOAD) is True:
+        out[STRATEGY_KEY] = "fsdp2"
     out.update(
         {
             "data.train_batch_size": w.train_batch_size,
@@ -162,6 +173,12 @@ def _header_lines(config: dict[str, Any], spec: JobSpec, header: dict[str, Any])
         lines.append(f"not emitted: {key}={_one_line(config[key])}: verl does not pass it to {w.engine}")
         if counterpart:
             lines.append(f"  ({w.engine}'s counterpart is {counterpart[0]}).")
+    if config.get(_PARAM_OFFLOAD) is True:
+        lines.append(
+            f"{STRATEGY_KEY}: fsdp2, the FSDP this config's param_offload was measured under "
+            "(verl's default fsdp, FSDP1, loads the whole parameter shard onto the GPU for "
+            "every weight sync)"
+        )
     lines += _USAGE
     return lines
 

@@ -58,12 +58,13 @@ def knobs_for_trial(config: dict[str, Any], engine: str) -> tuple[RolloutKnobs, 
 
 
 def actor_strategy(device: str, world_size: int, param_offload: bool) -> str:
-    """The FSDP a trial builds its actor and ref with. The export sets no
-    ``actor_rollout_ref.actor.strategy``, so verl v0.9 runs its default, ``fsdp`` (FSDP1).
-    The trial builds FSDP1 where it was measured against verl (a world of one GPU, the
-    actor's parameters not offloaded) and FSDP2 elsewhere: on a CPU, where FSDP1 does not
-    run; as one rank of a larger world, whose FSDP1 collectives no trial has been measured
-    with; with the actor's ``param_offload``, which the trial moves as FSDP2's only. The
+    """The FSDP a trial builds its actor and ref with. Without the actor's ``param_offload``
+    the export sets no ``actor_rollout_ref.actor.strategy``, so verl v0.9 runs its default,
+    ``fsdp`` (FSDP1). The trial builds FSDP1 where it was measured against verl (a world of
+    one GPU) and FSDP2 elsewhere: on a CPU, where FSDP1 does not run; as one rank of a larger
+    world, whose FSDP1 collectives no trial has been measured with; with the actor's
+    ``param_offload``, which the trial moves as FSDP2's only, and for which the export names
+    ``fsdp2`` so that verl runs what was measured (``autotuner.export.verl_config``). The
     result records which it built (``actor_fsdp_version``)."""
     if device == "cuda" and world_size == 1 and not param_offload:
         return "fsdp"

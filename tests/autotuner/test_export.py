@@ -276,6 +276,9 @@ def test_every_sampled_config_exports_cleanly(name: str) -> None:
         for key in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz", R + "load_format"):
             assert key not in flat
         assert flat.get(R + "enable_chunked_prefill") is not False
+        # The actor's offload runs under the FSDP2 the trial measured it with; else verl's default.
+        offloaded = flat.get(A + "fsdp_config.param_offload") is True
+        assert flat.get(A + "strategy") == ("fsdp2" if offloaded else None)
         assert violations(flat, w, spec.cluster, arch) == []
 
         yaml_text = to_yaml(config, spec, HEADER)
@@ -322,6 +325,17 @@ def test_header_names_job_trial_device_date_metrics_and_usage() -> None:
         assert "rollout_generated_tokens_per_s: 20480" in header
         assert "merge" in header.lower() and "overrides" in header
         assert "--config-name" not in header
+
+
+def test_an_offloading_config_says_why_it_names_fsdp2() -> None:
+    spec = WORKLOADS["1gpu-n1-kl-vllm"]
+    config = _sampled_configs(spec, count=5)[0] | {A + "fsdp_config.param_offload": True}
+    for text in (to_yaml(config, spec, HEADER), to_overrides(config, spec, HEADER)):
+        assert "strategy: fsdp2, the FSDP this config's param_offload was measured under" in _header(text)
+    assert yaml.safe_load(to_yaml(config, spec, HEADER))["actor_rollout_ref"]["actor"]["strategy"] == "fsdp2"
+    assert f"{A}strategy=fsdp2" in to_overrides(config, spec, HEADER).splitlines()
+    kept = config | {A + "fsdp_config.param_offload": False}
+    assert "strategy" not in _header(to_yaml(kept, spec, HEADER))
 
 
 def test_header_defaults_date_and_survives_newlines() -> None:

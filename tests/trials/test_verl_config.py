@@ -14,11 +14,18 @@ from pathlib import Path
 import pytest
 from verl_helpers import DEMO, GPU_JOBS, ROOT, job_run_spec, preflight, verl_python
 
+from autotuner.jobs import build_space
+from autotuner.knobs import A
+from autotuner.settings import Settings
+from autotuner.spec import load_job_spec
+from autotuner.trialspec import build_trial_spec
+from autotuner.verl_run import verl_run_spec
 from trials.verl.checkpoint import NEWLINE_ID, checkpoint_dir, tokenizer_dir
 from trials.verl.overrides import RunnerKeyConflict, RunPaths, runner_overrides
 from trials.verl.runner import drawn
 
 pytestmark = pytest.mark.slow
+PARAM_OFFLOAD = A + "fsdp_config.param_offload"
 
 
 def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Path) -> None:
@@ -73,6 +80,27 @@ def test_every_gpu_job_spec_passes_verl(tmp_path: Path) -> None:
         assert "error" not in report, f"{path.name}: {report}"
         assert report["dataset_prompt_tokens"] == drawn(run).prompt_lengths, path.name
         assert report["config"]["rollout.name"] in ("vllm", "sglang")
+
+
+def test_a_config_offloading_the_actor_runs_in_verl_under_the_fsdp2_its_trial_measured(
+    tmp_path: Path,
+) -> None:
+    # Trials offload the actor's parameters under FSDP2 only; verl's default FSDP1 would
+    # stage the whole shard on the GPU for every weight sync, which no trial measures.
+    spec = load_job_spec(ROOT / "benchmarks" / "jobs" / "qwen2.5-0.5b-weight-sync.yaml")
+    arch = spec.validate_model()
+    space = build_space(spec, "cuda", Settings())
+    config = space.baseline_config() | space.fixed
+    runs = [
+        verl_run_spec(spec, arch, config | {PARAM_OFFLOAD: offload}, f"offload-{offload}")
+        for offload in (False, True)
+    ]
+    kept, offloaded = preflight(runs, tmp_path, tmp_path / "cache", config_only=True)
+    assert "error" not in kept and "error" not in offloaded, (kept, offloaded)
+    assert (kept["config"]["actor.strategy"], kept["config"]["ref.strategy"]) == ("fsdp", "fsdp")
+    assert (offloaded["config"]["actor.strategy"], offloaded["config"]["ref.strategy"]) == ("fsdp2", "fsdp2")
+    trial = build_trial_spec(spec, arch, config | {PARAM_OFFLOAD: True}, "t", "cuda", None)
+    assert trial.train.strategy == offloaded["config"]["actor.strategy"]
 
 
 def test_a_config_verl_rejects_is_reported_with_verls_reason(tmp_path: Path) -> None:

@@ -98,6 +98,9 @@ def preflight(spec: VerlRunSpec, paths: RunPaths, weights: bool = True) -> dict[
         "dataset_response_lengths": response_lengths,
         "config": {
             "rollout.name": rollout.name,
+            # the FSDP verl's engines build (its typed configs copy these to the engines)
+            "actor.strategy": config.actor_rollout_ref.actor.strategy,
+            "ref.strategy": config.actor_rollout_ref.ref.strategy,
             "rollout.load_format": rollout.load_format,
             "rollout.agent.default_agent_loop": rollout.agent.default_agent_loop,
             "trainer.total_training_steps": config.trainer.total_training_steps,
