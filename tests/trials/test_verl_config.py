@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from verl_helpers import DEMO, GPU_JOBS, ROOT, job_run_spec, preflight, verl_python
@@ -23,9 +24,11 @@ from autotuner.verl_run import verl_run_spec
 from trials.verl.checkpoint import NEWLINE_ID, checkpoint_dir, tokenizer_dir
 from trials.verl.overrides import RunnerKeyConflict, RunPaths, runner_overrides
 from trials.verl.runner import drawn
+from trials.verl.types import VerlRunSpec
 
 pytestmark = pytest.mark.slow
 PARAM_OFFLOAD = A + "fsdp_config.param_offload"
+OFFLOAD_JOB = ROOT / "benchmarks" / "jobs" / "qwen2.5-0.5b-weight-sync.yaml"
 
 
 def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Path) -> None:
@@ -72,35 +75,46 @@ def test_demo_config_passes_verl_and_its_files_are_what_verl_reads(tmp_path: Pat
     assert tokenizer.encode("<5> \n <17>", add_special_tokens=False) == [5, NEWLINE_ID, 17]
 
 
-def test_every_gpu_job_spec_passes_verl(tmp_path: Path) -> None:
-    runs = [job_run_spec(path, path.stem)[1] for path in GPU_JOBS]
-    assert len(runs) >= 5 and all(run.device == "cuda" for run in runs)
-    reports = preflight(runs, tmp_path, tmp_path / "cache", config_only=True)
-    for path, run, report in zip(GPU_JOBS, runs, reports, strict=True):
+@pytest.fixture(scope="module")
+def composed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[VerlRunSpec, dict[str, Any]]]:
+    """verl's preflight (config only) of every GPU job spec's defaults, and of the
+    weight-sync job's defaults with the actor's ``param_offload`` off and on (``offload-*``):
+    one run of verl's environment for both tests below."""
+    runs = {path.stem: job_run_spec(path, path.stem)[1] for path in GPU_JOBS}
+    spec = load_job_spec(OFFLOAD_JOB)
+    arch = spec.validate_model()
+    space = build_space(spec, "cuda", Settings())
+    config = space.baseline_config() | space.fixed
+    for offload in (False, True):
+        name = f"offload-{offload}"
+        runs[name] = verl_run_spec(spec, arch, config | {PARAM_OFFLOAD: offload}, name)
+    tmp_path = tmp_path_factory.mktemp("preflight")
+    reports = preflight(list(runs.values()), tmp_path, tmp_path / "cache", config_only=True)
+    return {name: (run, report) for (name, run), report in zip(runs.items(), reports, strict=True)}
+
+
+@pytest.mark.xdist_group("verl-preflight")
+def test_every_gpu_job_spec_passes_verl(composed) -> None:
+    jobs = [composed[path.stem] for path in GPU_JOBS]
+    assert len(jobs) >= 5 and all(run.device == "cuda" for run, _ in jobs)
+    for path, (run, report) in zip(GPU_JOBS, jobs, strict=True):
         assert "error" not in report, f"{path.name}: {report}"
         assert report["dataset_prompt_tokens"] == drawn(run).prompt_lengths, path.name
         assert report["config"]["rollout.name"] in ("vllm", "sglang")
 
 
-def test_a_config_offloading_the_actor_runs_in_verl_under_the_fsdp2_its_trial_measured(
-    tmp_path: Path,
-) -> None:
+@pytest.mark.xdist_group("verl-preflight")
+def test_a_config_offloading_the_actor_runs_in_verl_under_the_fsdp2_its_trial_measured(composed) -> None:
     # Trials offload the actor's parameters under FSDP2 only; verl's default FSDP1 would
     # stage the whole shard on the GPU for every weight sync, which no trial measures.
-    spec = load_job_spec(ROOT / "benchmarks" / "jobs" / "qwen2.5-0.5b-weight-sync.yaml")
-    arch = spec.validate_model()
-    space = build_space(spec, "cuda", Settings())
-    config = space.baseline_config() | space.fixed
-    runs = [
-        verl_run_spec(spec, arch, config | {PARAM_OFFLOAD: offload}, f"offload-{offload}")
-        for offload in (False, True)
-    ]
-    kept, offloaded = preflight(runs, tmp_path, tmp_path / "cache", config_only=True)
+    (_, kept), (_, offloaded) = composed["offload-False"], composed["offload-True"]
     assert "error" not in kept and "error" not in offloaded, (kept, offloaded)
     assert (kept["config"]["actor.strategy"], kept["config"]["ref.strategy"]) == ("fsdp", "fsdp")
     assert (offloaded["config"]["actor.strategy"], offloaded["config"]["ref.strategy"]) == ("fsdp2", "fsdp2")
-    trial = build_trial_spec(spec, arch, config | {PARAM_OFFLOAD: True}, "t", "cuda", None)
-    assert trial.train.strategy == offloaded["config"]["actor.strategy"]
+    spec = load_job_spec(OFFLOAD_JOB)
+    arch = spec.validate_model()
+    config = build_space(spec, "cuda", Settings()).baseline_config() | {PARAM_OFFLOAD: True}
+    assert build_trial_spec(spec, arch, config, "t", "cuda", None).train.strategy == "fsdp2"
 
 
 def test_a_config_verl_rejects_is_reported_with_verls_reason(tmp_path: Path) -> None:
