@@ -4,10 +4,9 @@ the same configs on one host (``verl_compare --trace`` on ``jobs/qwen2.5-0.5b-we
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
-from benchmarks.claims.data import Line, generated_from, load, table, trial_timer, verl_steps
+from benchmarks.claims.data import Line, generated_from, load, table, trial_timer, verl_median
 from benchmarks.claims.weight_sync import UPDATE_WEIGHTS
 from benchmarks.claims.weight_sync import seconds as _s
 
@@ -67,7 +66,7 @@ def _rows(data: dict[str, Any], rel: str) -> list[Line]:
             (
                 [
                     f"verl, {v['config']} (steps {v.get('warmup_steps', 1) + 1}-{len(v['steps'])})",
-                    _s(_verl_hand_over(v)),
+                    _s(verl_median(v, UPDATE_WEIGHTS)),
                     _span([c["full_gcs"] for c in calls], 0),
                     _span([c["gc_s"] for c in calls]),
                     _s(init["gc_walk_s"]),
@@ -83,8 +82,9 @@ def _runs(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [r for r in data["runs"] if r["kind"] == kind and r["status"] == "ok"]
 
 
-def _verl_hand_over(verl: dict[str, Any]) -> float:
-    return statistics.median(s[UPDATE_WEIGHTS] for s in verl_steps(verl))
+def _full_gcs(trial: dict[str, Any]) -> float:
+    """A trial's full collections in its sync and its wake together."""
+    return float(trial["metrics"]["weight_sync_full_gcs"] + trial["metrics"]["engine_wake_full_gcs"])
 
 
 def _runs_done(n: int) -> str:
@@ -113,11 +113,11 @@ def update_weights_gc(rel: str = UPDATE_WEIGHTS_GC_H200) -> list[Line]:
     """The hand-over when the trials still collected twice a step, beside verl 0.9.1's."""
     data = load(rel)
     trials, verls = _runs(data, "trial"), _runs(data, "verl")
-    trial_full = [t["metrics"]["weight_sync_full_gcs"] + t["metrics"]["engine_wake_full_gcs"] for t in trials]
+    trial_full = [_full_gcs(t) for t in trials]
     trial_gc = [t["metrics"]["weight_sync_gc_s"] + t["metrics"]["engine_wake_gc_s"] for t in trials]
     share = [g / trial_timer(t, UPDATE_WEIGHTS) for g, t in zip(trial_gc, trials, strict=True)]
     verl_full = [c["full_gcs"] for v in verls for c in measured_calls(v)]
-    verl_s = [_verl_hand_over(v) for v in verls]
+    verl_s = [verl_median(v, UPDATE_WEIGHTS) for v in verls]
     without = [trial_timer(t, UPDATE_WEIGHTS) - g for g, t in zip(trial_gc, trials, strict=True)]
     return (
         _rows(data, rel)
@@ -143,13 +143,13 @@ def hand_over_after(rel: str = HAND_OVER_H100) -> list[Line]:
     the steps of the same run, which it does not compare: one verl run each is no spread."""
     data = load(rel)
     trials, verls = _runs(data, "trial"), _runs(data, "verl")
-    trial_full = [t["metrics"]["weight_sync_full_gcs"] + t["metrics"]["engine_wake_full_gcs"] for t in trials]
+    trial_full = [_full_gcs(t) for t in trials]
     verl_full = [c["full_gcs"] for v in verls for c in measured_calls(v)]
     trial_s = [trial_timer(t, UPDATE_WEIGHTS) for t in trials]
-    verl_s = [_verl_hand_over(v) for v in verls]
+    verl_s = [verl_median(v, UPDATE_WEIGHTS) for v in verls]
     update = [trial_timer(t, "timing_s/update_actor") for t in trials]
     steps = ", ".join(f"{t['config']} {t['step_time_s']:.2f} s" for t in trials)
-    verl_steps_s = ", ".join(f"{v['config']} {v['measured']['timing_s/step']:.2f} s" for v in verls)
+    verl_steps_s = ", ".join(f"{v['config']} {verl_median(v, 'timing_s/step'):.2f} s" for v in verls)
     return (
         _rows(data, rel)
         + [
