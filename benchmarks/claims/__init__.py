@@ -98,7 +98,7 @@ from benchmarks.claims.top import (
     padded_figures,
     verl_compare_top,
 )
-from benchmarks.claims.update_weights_gc import hand_over_after, update_weights_gc
+from benchmarks.claims.update_weights_gc import hand_over_after, hand_over_code_ab, update_weights_gc
 from benchmarks.claims.verify import GPU_VERIFY, GPU_VERIFY_SAME_BATCH, verify_in_verl
 from benchmarks.claims.verl_clock import verl_clock, verl_clock_passes, verl_clock_transformers
 from benchmarks.claims.verl_h200 import verl_h200, verl_h200_headline, verl_h200_micro_batches, verl_h200_top
@@ -250,6 +250,7 @@ CLAIMS: list[Claim] = [
     Claim("weight-sync-h100-gc", weight_sync(WEIGHT_SYNC_H100_GC)),
     Claim("update-weights-gc-h200", update_weights_gc),
     Claim("hand-over-h100", hand_over_after),
+    Claim("hand-over-code-ab-h100", hand_over_code_ab),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("job-top", job_top),

@@ -4,14 +4,36 @@ the same configs on one host (``verl_compare --trace`` on ``jobs/qwen2.5-0.5b-we
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from benchmarks.claims.data import Line, generated_from, load, table, trial_timer, verl_median
+from benchmarks.claims.data import (
+    Line,
+    error_pct,
+    generated_from,
+    load,
+    span,
+    table,
+    trial_timer,
+    verl_median,
+    verl_steps,
+)
 from benchmarks.claims.weight_sync import UPDATE_WEIGHTS
 from benchmarks.claims.weight_sync import seconds as _s
 
 UPDATE_WEIGHTS_GC_H200 = "results/verl-qwen2.5-0.5b-h200-update-weights-gc.json"
 HAND_OVER_H100 = "results/verl-qwen2.5-0.5b-h100-hand-over.json"
+CODE_AB_H100 = "results/verl-qwen2.5-0.5b-h100-code-ab.json"
+# verl's step timers, as the code A/B's table shows them
+AB_TIMERS = (
+    ("timing_s/step", "step"),
+    (UPDATE_WEIGHTS, "sync + wake (verl: update_weights)"),
+    ("timing_s/gen", "gen"),
+    ("timing_s/old_log_prob", "old_log_prob"),
+    ("timing_s/ref", "ref"),
+    ("timing_s/update_actor", "update_actor"),
+)
+MICRO_BATCH = "update_actor_micro_batch_s_median"
 
 
 def _span(values: list[float], digits: int = 3) -> str:
@@ -169,6 +191,112 @@ def hand_over_after(rel: str = HAND_OVER_H100) -> list[Line]:
                 f"training knobs are the same. Trials' steps: {steps}; verl's: {verl_steps_s} "
                 "(medians of each run's measured steps).",
                 (rel,),
+            ),
+        ]
+        + _device_and_command(data, rel)
+    )
+
+
+def _verl_update_micro_batch(verl: dict[str, Any]) -> float:
+    """The median of verl's update micro-batches in its measured steps (its workers' trace)."""
+    from trials.verl.trace import micro_batches
+
+    seconds, _ = micro_batches(verl["trace"], len(verl["steps"]), verl.get("warmup_steps", 1))["update_actor"]
+    return statistics.median(seconds)
+
+
+def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) -> list[Line]:
+    """Trials of the code before and after the hand-over change, interleaved on one host,
+    then verl's defaults there; and the same code's trials on the earlier host."""
+    data = load(rel)
+    codes = data["codes"]
+    runs = sorted((r for r in data["runs"] if r["status"] == "ok"), key=lambda r: r["order"])
+    trials = [r for r in runs if r["kind"] == "trial"]
+    (verl,) = [r for r in runs if r["kind"] == "verl"]
+    rows = []
+    for t in trials:
+        cells = [_s(trial_timer(t, key)) for key, _ in AB_TIMERS]
+        rows.append(
+            ([f"{t['order'] + 1}. trial", t["code"][:7], *cells, _s(t["metrics"][MICRO_BATCH])], (rel,))
+        )
+    steps = verl_steps(verl)
+    cells = [f"{_s(verl_median(verl, key))} ({span([s[key] for s in steps], '.3f')})" for key, _ in AB_TIMERS]
+    first = verl.get("warmup_steps", 1) + 1
+    rows.append(
+        (
+            [
+                f"{verl['order'] + 1}. verl's defaults, steps {first}-{len(verl['steps'])}: median (range)",
+                verl["code"][:7],
+                *cells,
+                _s(_verl_update_micro_batch(verl)),
+            ],
+            (rel,),
+        )
+    )
+    header = [
+        "run, in order",
+        "code",
+        *(f"{name} s" for _, name in AB_TIMERS),
+        "update s per micro-batch (median)",
+    ]
+    new = verl["code"]  # verl ran beside the newest code's trials
+    after = [t for t in trials if t["code"] == new]
+    before = [t for t in trials if t["code"] != new]
+
+    def figures(group: list[dict[str, Any]], key: str) -> str:
+        return span([trial_timer(t, key) for t in group], ".2f")
+
+    was = {key: figures(before, key) for key, _ in AB_TIMERS}
+    now = {key: figures(after, key) for key, _ in AB_TIMERS}
+
+    shorter = max(trial_timer(t, "timing_s/step") for t in after) < min(s["timing_s/step"] for s in steps)
+
+    def off(key: str) -> str:
+        return error_pct(statistics.median(trial_timer(t, key) for t in after), verl_median(verl, key), 0)
+
+    old = load(earlier)
+    old_trials, old_verls = _runs(old, "trial"), _runs(old, "verl")
+    speed = data["host_speed"][0]["median_us_per_op"]["torch_cuda"]
+    return (
+        table(header, rows)
+        + [
+            Line(""),
+            Line(
+                "Codes: "
+                + "; ".join(f"{sha[:7]}: {label}" for sha, label in codes.items())
+                + f". Before the change ({len(before)} trials) and after it ({len(after)}), the "
+                f"train sub-phases took the same: `update_actor` {was['timing_s/update_actor']} s "
+                f"against {now['timing_s/update_actor']} s, `ref` {was['timing_s/ref']} s against "
+                f"{now['timing_s/ref']} s. The step went from {was['timing_s/step']} s to "
+                f"{now['timing_s/step']} s, the sync and wake from {was[UPDATE_WEIGHTS]} s to "
+                f"{now[UPDATE_WEIGHTS]} s.",
+                (rel,),
+            ),
+            Line(""),
+            Line(
+                f"Against verl's defaults on the same host (one run), the {len(after)} trials of "
+                f"{new[:7]} (median) are off by {off('timing_s/step')} on the step: `update_actor` "
+                f"{off('timing_s/update_actor')}, `ref` {off('timing_s/ref')}, `old_log_prob` "
+                f"{off('timing_s/old_log_prob')}, `gen` {off('timing_s/gen')}. verl's measured steps "
+                f"ranged {span([s['timing_s/step'] for s in steps], '.2f')} s, the trials' "
+                f"{now['timing_s/step']} s"
+                + (": the trials' step is shorter than any of verl's." if shorter else ", overlapping."),
+                (rel,),
+            ),
+            Line(""),
+            Line(
+                f"The H100 of 01:55-02:09 UTC (`{earlier}`) ran the same trial code (no file under `trials/` "
+                f"or `autotuner/` differs) at {span([t['step_time_s'] for t in old_trials], '.2f')} s a "
+                f"step and {span([t['metrics'][MICRO_BATCH] for t in old_trials], '.3f')} s per update "
+                f"micro-batch, against {now['timing_s/step']} s and "
+                f"{span([t['metrics'][MICRO_BATCH] for t in after], '.3f')} s here; verl's defaults took "
+                f"{_s(verl_median(old_verls[0], 'timing_s/step'))} s a step and "
+                f"{_s(_verl_update_micro_batch(old_verls[0]))} s per update micro-batch there, "
+                f"{_s(verl_median(verl, 'timing_s/step'))} s and {_s(_verl_update_micro_batch(verl))} s "
+                f"here. Its speed was not measured. This "
+                f"host drove the GPU at {speed:.2f} us per small op (`benchmarks/gpu/host_speed.py`, "
+                "measured before the runs).",
+                (rel, earlier),
             ),
         ]
         + _device_and_command(data, rel)
