@@ -6,6 +6,7 @@
 # Wheels first: vLLM 0.24.0 + the control bundle in /tmp/parts (../shared/gpu-host/make-bundle.sh),
 # flash-attn 2.8.3.post2's four parts in /tmp/parts-fa (../shared/gpu-host/flash-attn).
 # PLAN_LAYOUT=0: the job alone. STUDY_GPUS=0,1,2,3: the job's trials on those GPUs (default 0).
+# The host's speed (host_speed.py) is measured first, into /tmp/at/probe-host/host-speed.json.
 # STUDY_RESUME=DIR: go on with the job whose database an earlier host packed (run-studies.sh).
 # PLAN_THEN=cross: once the job has ended, the search benchmark's cross design on the job's GPUs
 # (record-cross.sh), resuming benchmarks/search/landscapes/qwen2.5-1.5b-h200-cross-sides-<N>cpu.json
@@ -27,6 +28,11 @@ rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -r autotuner trials storage benchma
 cd /tmp/repo
 source benchmarks/gpu/env.sh
 python3 -c "import vllm, flash_attn, ray, optuna, torch; print('vllm', vllm.__version__, 'flash_attn', flash_attn.__version__, 'torch', torch.__version__)"
+# the host's speed at driving its GPU, before anything runs (poll.sh packs probe-host/)
+mkdir -p /tmp/at/probe-host
+python3 -m benchmarks.gpu.host_speed --ops 100000 --out /tmp/at/probe-host/host-speed.json \
+  > /tmp/at/logs/host-speed.log 2>&1
+log "host speed: $(tail -n 3 /tmp/at/logs/host-speed.log | tr '\n' ' ')"
 if [ "${PLAN_LAYOUT:-1}" = 1 ]; then
   log "1: layout benchmark"
   python3 -m benchmarks.gpu.layout_bench --out /tmp/at/probe-layout/layout-h200.json --repeats 3 \

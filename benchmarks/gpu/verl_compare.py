@@ -17,6 +17,11 @@ round runs, config after config:
   step runs the batch the trial runs (``VerlRunSpec.repeat_batch``); ``--fresh-batches``
   draws the job's next batch for each step instead (the behaviour before 2026-12-06).
 
+The host's speed at driving its GPU (``host_speed.py``: microseconds per small op, in a process
+of its own, so that the comparison holds no GPU) is measured before the first run and after
+the last (``host_speed``: ``start``, ``end``): a host whose CPUs drive the GPU slower slows a
+launch-bound step, the trials' and verl's unequally.
+
 Each run starts once no process holds the comparison's GPUs (the last run's killed workers
 may still be handing memory back; at most ``SETTLE_S``): its row records what they held then
 (``gpus_held_before``) and the wait (``gpus_waited_s``).
@@ -52,7 +57,9 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -319,6 +326,26 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+HOST_SPEED_OPS = 100_000  # as the host-speed figures of results/host-speed-h200.json
+
+
+def host_speed_now(ops: int = HOST_SPEED_OPS, timeout_s: float = 120) -> dict[str, Any]:
+    """``host_speed.py``'s figures for this host now, measured in a process of its own; on
+    failure, what went wrong (``error``), so that a comparison never stops for it."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "speed.json"
+        command = [sys.executable, "-m", "benchmarks.gpu.host_speed", "--ops", str(ops), "--out", str(out)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            return {"error": f"host_speed.py took over {timeout_s:.0f} s"}
+        if done.returncode != 0 or not out.exists():
+            return {"error": f"host_speed.py exited with {done.returncode}: {done.stderr.strip()[-500:]}"}
+        found: dict[str, Any] = json.loads(out.read_text())
+        found["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return found
+
+
 def recovered_row(run_dir: Path, config: str, warmup_steps: int, versions: dict[str, str]) -> dict[str, Any]:
     """A verl run's row rebuilt from its run folder (``metrics.jsonl``, ``trace/``, ``verl.log``
     where present) when ``verl_compare`` did not live to write it: the steps verl had logged,
@@ -478,8 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         "host_cpus": host_cpus(),  # the comparison's CPUs: its trials' and verl's runs'
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "verl_batches": "fresh" if args.fresh_batches else "trial",
+        "host_speed": {"start": host_speed_now()},
         "runs": [],
     }
+    print(f"host speed: {doc['host_speed']['start'].get('median_us_per_op')}", flush=True)
     verl_env = {"PYTHONPATH": args.verl_pythonpath} if args.verl_pythonpath else {}
     for rnd in range(args.rounds):
         for name, config in configs.items():
@@ -544,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not vres.ok:
                     print(vres.log_tail[-3000:], flush=True)
                 out.write_text(json.dumps(doc, indent=1, default=str))
+    doc["host_speed"]["end"] = host_speed_now()
+    print(f"host speed: {doc['host_speed']['end'].get('median_us_per_op')}", flush=True)
     doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc["table"] = table(doc)
     out.write_text(json.dumps(doc, indent=1, default=str))

@@ -270,3 +270,23 @@ def test_a_job_file_that_cannot_be_read_is_a_usage_error(tmp_path: Path, capsys)
         main(["--job", str(missing), "--config", "defaults", "--out", str(tmp_path / "o")])
     assert refused.value.code == 2
     assert f"(file): cannot read {missing}" in capsys.readouterr().err
+
+
+def test_the_hosts_speed_is_measured_in_a_process_of_its_own_and_a_failure_is_named(monkeypatch) -> None:
+    """The comparison holds no GPU: host_speed.py runs as a child, and what it measured (here
+    the CPU's paths: no CUDA) comes back with its time; a child that fails is an ``error``,
+    never the comparison's end."""
+    import os
+
+    from benchmarks.gpu.verl_compare import host_speed_now
+
+    found = host_speed_now(ops=1000)
+    assert set(found["median_us_per_op"]) == {"python_loop", "torch_cpu"}
+    assert found["ops"] == 1000 and found["host"]["cpu_cores"] == str(len(os.sched_getaffinity(0)))
+    assert found["measured_at"].endswith("Z")
+    assert found["torch"] and found["device"].startswith("cpu: ")  # the child's torch and device
+
+    # A child that cannot run the probe: the error says how it exited and why.
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    failed = host_speed_now(ops=1000)
+    assert set(failed) == {"error"} and "exited with 1" in failed["error"]
