@@ -205,6 +205,16 @@ def _verl_update_micro_batch(verl: dict[str, Any]) -> float:
     return statistics.median(seconds)
 
 
+def _verl_update_host(verl: dict[str, Any]) -> tuple[list[float], float]:
+    """verl's update passes in its measured steps: each micro-batch's CPU seconds in the
+    worker's own thread, and the process's CPU seconds over the passes' wall seconds."""
+    from trials.verl.trace import measured_passes
+
+    passes = measured_passes(verl["trace"], len(verl["steps"]), verl.get("warmup_steps", 1))["update_actor"]
+    threads = [s for r in passes for s in r["micro_batch_thread_s"]]
+    return threads, sum(r["process_cpu_s"] for r in passes) / sum(r["wall_s"] for r in passes)
+
+
 def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) -> list[Line]:
     """Trials of the code before and after the hand-over change, interleaved on one host,
     then verl's defaults there; and the same code's trials on the earlier host."""
@@ -254,6 +264,13 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
     def off(key: str) -> str:
         return error_pct(statistics.median(trial_timer(t, key) for t in after), verl_median(verl, key), 0)
 
+    threads, verl_cores = _verl_update_host(verl)
+    trial_cores = [
+        t["metrics"]["update_actor_process_cpu_s"] / t["phase_timings_s"]["update_actor"] for t in after
+    ]
+    trial_threads = [t["metrics"]["update_actor_micro_batch_thread_s_mean"] for t in after]
+    # verl's thread did more per micro-batch, and neither process waited (a core's worth busy)
+    busy = statistics.mean(threads) > max(trial_threads) and min(verl_cores, *trial_cores) >= 0.9
     old = load(earlier)
     old_trials, old_verls = _runs(old, "trial"), _runs(old, "verl")
     speed = data["host_speed"][0]["median_us_per_op"]["torch_cuda"]
@@ -281,6 +298,21 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
                 f"ranged {span([s['timing_s/step'] for s in steps], '.2f')} s, the trials' "
                 f"{now['timing_s/step']} s"
                 + (": the trials' step is shorter than any of verl's." if shorter else ", overlapping."),
+                (rel,),
+            ),
+            Line(""),
+            Line(
+                f"Per update micro-batch, verl's worker thread spent {_s(statistics.mean(threads))} s "
+                f"of CPU (mean; median {_s(statistics.median(threads))} s), the trials' "
+                f"{span(trial_threads, '.3f')} s "
+                f"(each trial's mean). Over the update, verl's process used {verl_cores:.2f} s of CPU a "
+                f"second, the trials' {span(trial_cores, '.2f')}"
+                + (
+                    ": both ran one core's worth, busy rather than waiting, so verl's longer "
+                    "update is host work of its own."
+                    if busy
+                    else "."
+                ),
                 (rel,),
             ),
             Line(""),
