@@ -317,6 +317,7 @@ def merge(docs: list[dict[str, Any]]) -> dict[str, Any]:
                 "host_cpus": d.get("host_cpus"),
                 "started": d["started"],
                 "finished": d.get("finished"),
+                "host_speed": d.get("host_speed"),  # each lane's own, measured beside the others
             }
             for d in docs
         ],

@@ -68,8 +68,13 @@ def test_lanes_of_one_host_merge_into_one_table_and_others_do_not() -> None:
     lanes = json.loads(LANES.read_text())["run"]
     a = _lane(lanes, "0") | {"runs": [r for r in lanes["runs"] if r["kind"] == "verl"]}
     b = _lane(lanes, "1") | {"runs": [r for r in lanes["runs"] if r["kind"] == "trial"]}
-    merged = merge([a, b])
+    speed = {
+        "start": {"median_us_per_op": {"torch_cuda": 8.1}},
+        "end": {"error": "host_speed.py exited with 1"},
+    }
+    merged = merge([a | {"host_speed": speed}, b])
     assert len(merged["runs"]) == len(lanes["runs"])
+    assert [lane["host_speed"] for lane in merged["lanes"]] == [speed, None]  # each lane's own
     assert {r["gpus"] for r in merged["runs"]} == {"0", "1"}
     # The example's trial (GPU 1) sits beside verl's run of it (GPU 0) in one row set.
     example = [
