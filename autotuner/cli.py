@@ -35,6 +35,12 @@ from trials.launcher import engine_fix
 from trials.metrics import THROUGHPUT
 from trials.verl import VERL
 
+# How long the server keeps an idle connection open: longer than clients keep theirs (httpx
+# and the CLI: 5 s), so that a client drops an idle connection before the server closes it.
+# With equal timeouts a request sent as the server closes the connection is lost ("Server
+# disconnected without sending a response"), a failure a stalled client on a loaded host meets.
+KEEP_ALIVE_S = 30
+
 if TYPE_CHECKING:
     import httpx
 
@@ -534,7 +540,13 @@ def serve(
     ours.setLevel(logging.INFO)
     ours.propagate = False
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=log_level,
+        timeout_keep_alive=KEEP_ALIVE_S,
+    )
 
 
 def _setting_problem(error: Any) -> str:
