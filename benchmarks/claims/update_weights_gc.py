@@ -36,11 +36,6 @@ AB_TIMERS = (
 MICRO_BATCH = "update_actor_micro_batch_s_median"
 
 
-def _span(values: list[float], digits: int = 3) -> str:
-    low, high = (f"{v:.{digits}f}" for v in (min(values), max(values)))
-    return low if low == high else f"{low}-{high}"
-
-
 def measured_calls(verl: dict[str, Any]) -> list[dict[str, Any]]:
     """The traced ``update_weights`` of a verl run's measured steps. The worker's first call
     is verl's ``on_init_end``; step ``k``'s ``on_step_end`` makes call ``k + 1``."""
@@ -89,8 +84,8 @@ def _rows(data: dict[str, Any], rel: str) -> list[Line]:
                 [
                     f"verl, {v['config']} (steps {v.get('warmup_steps', 1) + 1}-{len(v['steps'])})",
                     _s(verl_median(v, UPDATE_WEIGHTS)),
-                    _span([c["full_gcs"] for c in calls], 0),
-                    _span([c["gc_s"] for c in calls]),
+                    span([c["full_gcs"] for c in calls], ".0f"),
+                    span([c["gc_s"] for c in calls], ".3f"),
                     _s(init["gc_walk_s"]),
                     f"{init['heap_objects']:.0f}",
                 ],
@@ -146,13 +141,13 @@ def update_weights_gc(rel: str = UPDATE_WEIGHTS_GC_H200) -> list[Line]:
         + [
             Line(""),
             Line(
-                f"verl's worker made {_span(verl_full, 0)} full collections in each "
+                f"verl's worker made {span(verl_full, '.0f')} full collections in each "
                 f"of its measured `update_weights` ({len(verl_full)} calls). The trials made "
-                f"{_span(trial_full, 0)} a step, one as the sync freed its bucket "
-                f"buffer and one before the KV cache woke, together {_span(trial_gc)} s, "
+                f"{span(trial_full, '.0f')} a step, one as the sync freed its bucket "
+                f"buffer and one before the KV cache woke, together {span(trial_gc, '.3f')} s, "
                 f"{100 * min(share):.0f}-{100 * max(share):.0f}% of their sync and wake. Less the "
-                f"collector, the trials' sync and wake took {_span(without)} s, against verl's "
-                f"{_span(verl_s)} s.",
+                f"collector, the trials' sync and wake took {span(without, '.3f')} s, against verl's "
+                f"{span(verl_s, '.3f')} s.",
                 (rel,),
             ),
         ]
@@ -177,10 +172,10 @@ def hand_over_after(rel: str = HAND_OVER_H100) -> list[Line]:
         + [
             Line(""),
             Line(
-                f"The trials made {_span(trial_full, 0)} full collections in their sync and "
-                f"wake ({len(trials)} trials), verl's worker {_span(verl_full, 0)} in each of its "
+                f"The trials made {span(trial_full, '.0f')} full collections in their sync and "
+                f"wake ({len(trials)} trials), verl's worker {span(verl_full, '.0f')} in each of its "
                 f"measured `update_weights` ({len(verl_full)} calls). The trials' sync and wake "
-                f"took {_span(trial_s)} s, against verl's {_span(verl_s)} s.",
+                f"took {span(trial_s, '.3f')} s, against verl's {span(verl_s, '.3f')} s.",
                 (rel,),
             ),
             Line(""),
@@ -325,7 +320,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
                 f"{_s(verl_median(old_verls[0], 'timing_s/step'))} s a step and "
                 f"{_s(_verl_update_micro_batch(old_verls[0]))} s per update micro-batch there, "
                 f"{_s(verl_median(verl, 'timing_s/step'))} s and {_s(_verl_update_micro_batch(verl))} s "
-                f"here. Its speed was not measured. This "
+                f"here. That host's speed was not measured. This "
                 f"host drove the GPU at {speed:.2f} us per small op (`benchmarks/gpu/host_speed.py`, "
                 "measured before the runs).",
                 (rel, earlier),
