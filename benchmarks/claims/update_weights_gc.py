@@ -9,7 +9,6 @@ from typing import Any
 
 from benchmarks.claims.data import (
     Line,
-    error_pct,
     generated_from,
     load,
     span,
@@ -210,14 +209,30 @@ def _verl_update_host(verl: dict[str, Any]) -> tuple[list[float], float]:
     return threads, sum(r["process_cpu_s"] for r in passes) / sum(r["wall_s"] for r in passes)
 
 
+def _code_ab_runs(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The code A/B's trials and its verl run, in the order they ran."""
+    runs = sorted((r for r in data["runs"] if r["status"] == "ok"), key=lambda r: r["order"])
+    (verl,) = [r for r in runs if r["kind"] == "verl"]
+    return [r for r in runs if r["kind"] == "trial"], verl
+
+
+def code_ab_offset_pct(key: str, rel: str = CODE_AB_H100) -> tuple[float, float, str]:
+    """The code A/B's trials of verl's code (their median) against its verl run on ``key``, in
+    percent; with the host's speed (us per small op on its GPU) and when the runs began (UTC)."""
+    data = load(rel)
+    trials, verl = _code_ab_runs(data)
+    after = [trial_timer(t, key) for t in trials if t["code"] == verl["code"]]
+    offset = 100 * (statistics.median(after) / verl_median(verl, key) - 1)
+    speed = data["host_speed"][0]["median_us_per_op"]["torch_cuda"]
+    return offset, speed, data["started"][11:16]
+
+
 def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) -> list[Line]:
     """Trials of the code before and after the hand-over change, interleaved on one host,
     then verl's defaults there; and the same code's trials on the earlier host."""
     data = load(rel)
     codes = data["codes"]
-    runs = sorted((r for r in data["runs"] if r["status"] == "ok"), key=lambda r: r["order"])
-    trials = [r for r in runs if r["kind"] == "trial"]
-    (verl,) = [r for r in runs if r["kind"] == "verl"]
+    trials, verl = _code_ab_runs(data)
     rows = []
     for t in trials:
         cells = [_s(trial_timer(t, key)) for key, _ in AB_TIMERS]
@@ -257,7 +272,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
     shorter = max(trial_timer(t, "timing_s/step") for t in after) < min(s["timing_s/step"] for s in steps)
 
     def off(key: str) -> str:
-        return error_pct(statistics.median(trial_timer(t, key) for t in after), verl_median(verl, key), 0)
+        return f"{code_ab_offset_pct(key, rel)[0]:+.0f}%"
 
     threads, verl_cores = _verl_update_host(verl)
     trial_cores = [

@@ -241,3 +241,33 @@ def test_verls_measured_update_weights_are_its_measured_steps_calls() -> None:
     verl["warmup_steps"] = 2  # a longer warm-up leaves fewer measured
     assert [c["call_number"] for c in measured_calls(verl)] == [4, 5]
     assert measured_calls({"steps": [{}] * 4}) == []  # an untraced run
+
+
+def test_verls_own_run_to_run_spread_decides_whether_the_trials_offset_from_verl_ties(monkeypatch) -> None:
+    """The trials' offset from verl's one run (the code A/B's host) is a tie inside the spread
+    of verl's runs on one host, a gap outside it; one verl run states no spread."""
+    import copy
+    import importlib
+
+    verl_spread = importlib.import_module("benchmarks.claims.verl_spread")  # the module, not its part
+    text = "\n".join(line.text for line in PARTS["verl-spread-h100"])
+    assert "-6% off verl's one run" in text and "differ by 10%" in text and "a tie, not a gap" in text
+
+    measured = verl_spread.load(verl_spread.VERL_SPREAD_H100)
+
+    def rendered(edit) -> str:
+        doc = copy.deepcopy(measured)
+        edit(doc)
+        monkeypatch.setattr(verl_spread, "load", lambda rel: doc)
+        return "\n".join(line.text for line in verl_spread.verl_spread())
+
+    def alike(doc) -> None:  # the second run's steps as the first's: no spread between runs
+        first, second = (r for r in doc["runs"] if r["status"] == "ok")
+        second["steps"] = copy.deepcopy(first["steps"])
+
+    assert "differ by 0%: that offset lies outside verl's run-to-run spread on one host, a gap" in rendered(
+        alike
+    )
+    alone = rendered(lambda doc: doc["runs"].pop())
+    assert "One run of verl's defaults finished; its median step was 9.097 s." in alone
+    assert "tie" not in alone and "gap" not in alone
