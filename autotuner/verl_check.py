@@ -35,7 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CHECK_TIMEOUT_S = 300.0
 # Steps of the run the check composes (one measured after the warm-up; only composed).
 CHECK_STEPS = 2
-_PROBE = "import verl; print(verl.__version__)"
+# verl's installed version, read without importing it (an import of verl takes seconds of CPU:
+# torch, transformers, Ray); a verl that is installed but fails to import fails the check
+# itself, which says so in the export's header.
+_PROBE = "from importlib.metadata import version; print(version('verl'))"
 
 
 class VerlRejectedError(ExportError):
@@ -136,7 +139,7 @@ def _version(python: str, env: dict[str, str]) -> tuple[str | None, str]:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return None, (
-            f"verl is not importable in its environment ({last[:200]}); run scripts/setup.sh or set "
+            f"verl is not installed in its environment ({last[:200]}); run scripts/setup.sh or set "
             "AUTOTUNER_ENGINE_PYTHON__VERL"
         )
     return done.stdout.strip().splitlines()[-1], ""

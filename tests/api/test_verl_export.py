@@ -146,6 +146,6 @@ def test_without_verls_environment_the_header_says_its_check_was_not_run(scene, 
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert "# verl check: not run (verl is not importable in its environment" in done.stdout
+    assert "# verl check: not run (verl is not installed in its environment" in done.stdout
     assert "the config passed the tuner's own checks only" in done.stdout
     assert "ppo_micro_batch_size_per_gpu: " in done.stdout  # the config is written
