@@ -216,15 +216,23 @@ def _code_ab_runs(data: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str,
     return [r for r in runs if r["kind"] == "trial"], verl
 
 
+def _offset_pct(trials: list[dict[str, Any]], verl: dict[str, Any], key: str) -> float:
+    """The trials of verl's code (their median) against the verl run on ``key``, in percent."""
+    after = [trial_timer(t, key) for t in trials if t["code"] == verl["code"]]
+    return 100 * (statistics.median(after) / verl_median(verl, key) - 1)
+
+
+def _host_speed(data: dict[str, Any]) -> float:
+    """The code A/B's host: microseconds per small op on its GPU, measured before the runs."""
+    return float(data["host_speed"][0]["median_us_per_op"]["torch_cuda"])
+
+
 def code_ab_offset_pct(key: str, rel: str = CODE_AB_H100) -> tuple[float, float, str]:
-    """The code A/B's trials of verl's code (their median) against its verl run on ``key``, in
-    percent; with the host's speed (us per small op on its GPU) and when the runs began (UTC)."""
+    """The code A/B's trials of verl's code against its verl run on ``key``, in percent; with
+    the host's speed and when the runs began (UTC)."""
     data = load(rel)
     trials, verl = _code_ab_runs(data)
-    after = [trial_timer(t, key) for t in trials if t["code"] == verl["code"]]
-    offset = 100 * (statistics.median(after) / verl_median(verl, key) - 1)
-    speed = data["host_speed"][0]["median_us_per_op"]["torch_cuda"]
-    return offset, speed, data["started"][11:16]
+    return _offset_pct(trials, verl, key), _host_speed(data), data["started"][11:16]
 
 
 def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) -> list[Line]:
@@ -272,7 +280,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
     shorter = max(trial_timer(t, "timing_s/step") for t in after) < min(s["timing_s/step"] for s in steps)
 
     def off(key: str) -> str:
-        return f"{code_ab_offset_pct(key, rel)[0]:+.0f}%"
+        return f"{_offset_pct(trials, verl, key):+.0f}%"
 
     threads, verl_cores = _verl_update_host(verl)
     trial_cores = [
@@ -283,7 +291,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
     busy = statistics.mean(threads) > max(trial_threads) and min(verl_cores, *trial_cores) >= 0.9
     old = load(earlier)
     old_trials, old_verls = _runs(old, "trial"), _runs(old, "verl")
-    speed = data["host_speed"][0]["median_us_per_op"]["torch_cuda"]
+    speed = _host_speed(data)
     return (
         table(header, rows)
         + [

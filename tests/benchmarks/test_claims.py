@@ -270,4 +270,4 @@ def test_verls_own_run_to_run_spread_decides_whether_the_trials_offset_from_verl
     )
     alone = rendered(lambda doc: doc["runs"].pop())
     assert "One run of verl's defaults finished; its median step was 9.097 s." in alone
-    assert "tie" not in alone and "gap" not in alone
+    assert "a tie" not in alone and "a gap" not in alone
