@@ -111,7 +111,7 @@ from benchmarks.claims.verl_lanes import (
     verl_lanes_headline,
     verl_lanes_top,
 )
-from benchmarks.claims.verl_spread import verl_spread
+from benchmarks.claims.verl_spread import verl_interleaved, verl_spread
 from benchmarks.claims.verl_three import verl_three, verl_three_headline, verl_three_top
 from benchmarks.claims.verl_trace import (
     verl_batching,
@@ -253,6 +253,7 @@ CLAIMS: list[Claim] = [
     Claim("hand-over-h100", hand_over_after),
     Claim("hand-over-code-ab-h100", hand_over_code_ab),
     Claim("verl-spread-h100", verl_spread),
+    Claim("verl-interleaved-h100", verl_interleaved),
     # README.md
     Claim("search-h200-headline", search_h200_headline),
     Claim("job-top", job_top),

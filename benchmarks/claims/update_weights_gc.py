@@ -191,7 +191,7 @@ def hand_over_after(rel: str = HAND_OVER_H100) -> list[Line]:
     )
 
 
-def _verl_update_micro_batch(verl: dict[str, Any]) -> float:
+def verl_update_micro_batch(verl: dict[str, Any]) -> float:
     """The median of verl's update micro-batches in its measured steps (its workers' trace)."""
     from trials.verl.trace import micro_batches
 
@@ -199,7 +199,7 @@ def _verl_update_micro_batch(verl: dict[str, Any]) -> float:
     return statistics.median(seconds)
 
 
-def _verl_update_host(verl: dict[str, Any]) -> tuple[list[float], float]:
+def verl_update_host(verl: dict[str, Any]) -> tuple[list[float], float]:
     """verl's update passes in its measured steps: each micro-batch's CPU seconds in the
     worker's own thread, and the process's CPU seconds over the passes' wall seconds."""
     from trials.verl.trace import measured_passes
@@ -256,7 +256,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
                 f"{verl['order'] + 1}. verl's defaults, steps {first}-{len(verl['steps'])}: median (range)",
                 verl["code"][:7],
                 *cells,
-                _s(_verl_update_micro_batch(verl)),
+                _s(verl_update_micro_batch(verl)),
             ],
             (rel,),
         )
@@ -282,7 +282,7 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
     def off(key: str) -> str:
         return f"{_offset_pct(trials, verl, key):+.0f}%"
 
-    threads, verl_cores = _verl_update_host(verl)
+    threads, verl_cores = verl_update_host(verl)
     trial_cores = [
         t["metrics"]["update_actor_process_cpu_s"] / t["phase_timings_s"]["update_actor"] for t in after
     ]
@@ -341,8 +341,8 @@ def hand_over_code_ab(rel: str = CODE_AB_H100, earlier: str = HAND_OVER_H100) ->
                 f"micro-batch, against {now['timing_s/step']} s and "
                 f"{span([t['metrics'][MICRO_BATCH] for t in after], '.3f')} s here; verl's defaults took "
                 f"{_s(verl_median(old_verls[0], 'timing_s/step'))} s a step and "
-                f"{_s(_verl_update_micro_batch(old_verls[0]))} s per update micro-batch there, "
-                f"{_s(verl_median(verl, 'timing_s/step'))} s and {_s(_verl_update_micro_batch(verl))} s "
+                f"{_s(verl_update_micro_batch(old_verls[0]))} s per update micro-batch there, "
+                f"{_s(verl_median(verl, 'timing_s/step'))} s and {_s(verl_update_micro_batch(verl))} s "
                 f"here. That host's speed was not measured. This "
                 f"host drove the GPU at {speed:.2f} us per small op (`benchmarks/gpu/host_speed.py`, "
                 "measured before the runs).",

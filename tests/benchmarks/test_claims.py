@@ -243,6 +243,21 @@ def test_verls_measured_update_weights_are_its_measured_steps_calls() -> None:
     assert measured_calls({"steps": [{}] * 4}) == []  # an untraced run
 
 
+def _edited(monkeypatch, module, rel: str, part):
+    """Renders ``part`` from ``rel``'s data as ``edit`` changes it: ``rendered(edit) -> text``."""
+    import copy
+
+    measured = module.load(rel)
+
+    def rendered(edit) -> str:
+        doc = copy.deepcopy(measured)
+        edit(doc)
+        monkeypatch.setattr(module, "load", lambda _: doc)
+        return "\n".join(line.text for line in part())
+
+    return rendered
+
+
 def test_verls_own_run_to_run_spread_decides_whether_the_trials_offset_from_verl_ties(monkeypatch) -> None:
     """The trials' offset from verl's one run (the code A/B's host) is a tie inside the spread
     of verl's runs on one host, a gap outside it; one verl run states no spread."""
@@ -253,13 +268,7 @@ def test_verls_own_run_to_run_spread_decides_whether_the_trials_offset_from_verl
     text = "\n".join(line.text for line in PARTS["verl-spread-h100"])
     assert "-6% off verl's one run" in text and "differ by 10%" in text and "a tie, not a gap" in text
 
-    measured = verl_spread.load(verl_spread.VERL_SPREAD_H100)
-
-    def rendered(edit) -> str:
-        doc = copy.deepcopy(measured)
-        edit(doc)
-        monkeypatch.setattr(verl_spread, "load", lambda rel: doc)
-        return "\n".join(line.text for line in verl_spread.verl_spread())
+    rendered = _edited(monkeypatch, verl_spread, verl_spread.VERL_SPREAD_H100, verl_spread.verl_spread)
 
     def alike(doc) -> None:  # the second run's steps as the first's: no spread between runs
         first, second = (r for r in doc["runs"] if r["status"] == "ok")
@@ -271,3 +280,34 @@ def test_verls_own_run_to_run_spread_decides_whether_the_trials_offset_from_verl
     alone = rendered(lambda doc: doc["runs"].pop())
     assert "One run of verl's defaults finished; its median step was 9.097 s." in alone
     assert "a tie" not in alone and "a gap" not in alone
+
+
+def test_trial_and_verl_interleaved_tie_inside_the_wider_sides_spread(monkeypatch) -> None:
+    """Trials and verl's runs in turn on one host: the trials' median step against verl's median
+    run ties inside the larger of the two sides' spreads and is shorter outside it; the host's
+    first trial is named where it is the slowest in every timer."""
+    import importlib
+
+    verl_spread = importlib.import_module("benchmarks.claims.verl_spread")  # the module, not its part
+    text = "\n".join(line.text for line in PARTS["verl-interleaved-h100"])
+    assert "is -13% off verl's median run (9.499 s), inside the larger" in text
+    assert "of the two sides' run-to-run spreads (43%): a tie" in text
+    assert "longer than the 2 later ones in 6 of the 6 timers" in text
+    assert "the later trials' steps are each shorter than every one of verl's" in text
+
+    rendered = _edited(
+        monkeypatch, verl_spread, verl_spread.VERL_INTERLEAVED_H100, verl_spread.verl_interleaved
+    )
+
+    def warm_first(doc) -> None:  # the first trial as fast as the third: the trials spread 1%
+        first, third = (r for r in doc["runs"] if r["kind"] == "trial" and r["round"] in (0, 2))
+        first["step_time_s"] = third["step_time_s"] - 0.1
+
+    warm = rendered(warm_first)
+    assert "outside the larger of the two sides' run-to-run spreads (9%): the trials' step is shorter" in warm
+
+    def one_verl(doc) -> None:
+        doc["runs"] = [r for r in doc["runs"] if r["kind"] == "trial" or r["round"] == 0]
+
+    alone = rendered(one_verl)
+    assert "one run on a side gives no run-to-run spread: no claim" in alone and "a tie" not in alone
