@@ -273,31 +273,49 @@ def parse_until(text: str) -> float:
 def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: dict[str, Any] | None) -> str:
     """What a recording of ``grid`` (``base``: its cross design's base, None for a whole
     grid) has left to reach ``repeats`` runs a config: runs of engine sides and of whole
-    configs, and their cost at the median wall time of each kind's runs recorded so far."""
+    configs, and their cost at the median wall time of each kind's runs recorded so far. With
+    more than one run a config asked for, and some config not yet run once, also what is left
+    until every config has one run: configs run once before any twice, and one run of each is
+    what a first composition (``compose.py``) needs."""
     done = {config_key(p.config): len(p.runs) for p in landscape.points}
-    todo: dict[bool, list[int]] = {True: [], False: []}  # engine side? -> each run's GPUs
-    for config in grid:
-        side, gpus = _kind(config, base)
-        todo[side] += [gpus] * max(0, repeats - done.get(config_key(config), 0))
     walls: dict[bool, list[float]] = {True: [], False: []}
     for point in landscape.points:
         for run in point.runs:
             walls[bool(run.metrics.get(SIDE_ONLY))].append(run.wall_s)
-    n = len(todo[True]) + len(todo[False])
-    text = f"{n} runs left: {len(todo[True])} engine sides, {len(todo[False])} whole"
-    if not n:
-        return text
-    if any(todo[kind] and not walls[kind] for kind in todo):
-        return text + " (no run of each kind recorded yet to time them by)"
-    medians = {kind: statistics.median(w) if w else 0.0 for kind, w in walls.items()}
-    cost = sum(medians[kind] * sum(gpus) for kind, gpus in todo.items())
+    medians = {kind: statistics.median(w) for kind, w in walls.items() if w}
     unit = "GPU" if landscape.device == "cuda" else "trial"
+
+    def todo(upto: int) -> tuple[int, int, float | None]:
+        """Engine sides and whole runs left to reach ``upto`` runs a config, and their cost
+        (None where a kind left has no run recorded to time it by)."""
+        runs: dict[bool, list[int]] = {True: [], False: []}  # engine side? -> each run's GPUs
+        for config in grid:
+            side, gpus = _kind(config, base)
+            runs[side] += [gpus] * max(0, upto - done.get(config_key(config), 0))
+        timed = all(kind in medians for kind in runs if runs[kind])
+        cost = sum(medians[kind] * sum(gpus) for kind, gpus in runs.items() if runs[kind]) if timed else None
+        return len(runs[True]), len(runs[False]), cost
+
+    sides, whole, cost = todo(repeats)
+    text = f"{sides + whole} runs left: {sides} engine sides, {whole} whole"
+    if not sides + whole:
+        return text
+    if cost is None:
+        return text + " (no run of each kind recorded yet to time them by)"
     kinds = ((True, "engine side"), (False, "whole"))
-    times = ", ".join(f"{what} {medians[kind]:.0f} s" for kind, what in kinds if walls[kind])
-    return (
-        f"{text}; about {cost:,.0f} {unit}-seconds ({cost / 3600:.1f} {unit}-hours) at the median "
+    times = ", ".join(f"{what} {medians[kind]:.0f} s" for kind, what in kinds if kind in medians)
+    text += (
+        f"; about {cost:,.0f} {unit}-seconds ({cost / 3600:.1f} {unit}-hours) at the median "
         f"wall time of each kind so far ({times})"
     )
+    first_sides, first_whole, first_cost = todo(1)
+    if repeats > 1 and first_sides + first_whole:
+        text += (
+            f". Of them, {first_sides + first_whole} ({first_sides} engine sides, {first_whole} whole"
+            + (f", about {first_cost:,.0f} {unit}-seconds" if first_cost is not None else "")
+            + ") give every config its first run, all a first composition needs"
+        )
+    return text
 
 
 def recorded_design(

@@ -287,7 +287,20 @@ def test_a_recorder_says_what_is_left_by_kind_and_its_cost_at_the_medians_so_far
     assert "22 runs left: 5 engine sides, 17 whole" in said
     cost = 5 * side.runs[0].wall_s + 17 * whole.runs[0].wall_s
     assert f"about {cost:,.0f} GPU-seconds ({cost / 3600:.1f} GPU-hours)" in said
+    # Every config runs once before any twice: 10 runs give each its first.
+    first = 2 * side.runs[0].wall_s + 8 * whole.runs[0].wall_s
+    assert f"Of them, 10 (2 engine sides, 8 whole, about {first:,.0f} GPU-seconds) give every config" in said
     assert Landscape.load(out).points[0].runs[0].wall_s == side.runs[0].wall_s  # nothing ran
+    once = [  # every config run once: the second runs are left, no first one
+        LandscapePoint(c, [_as_engine_side(measured[config_key(c)].runs[0])])
+        if engine_side_only(c, base)
+        else LandscapePoint(c, measured[config_key(c)].runs[:1])
+        for c in configs
+    ]
+    dataclasses.replace(full, points=once, design=design, **NOW).save(out)
+    assert record_main(args) == 0
+    said = capsys.readouterr().out
+    assert "12 runs left: 3 engine sides, 9 whole" in said and "Of them" not in said
     dataclasses.replace(full, points=[whole], design=design, **NOW).save(out)
     assert record_main(args) == 0
     assert (
