@@ -218,7 +218,7 @@ def verl_interleaved(rel: str = VERL_INTERLEAVED_H100) -> list[Line]:
         lines += [
             Line(""),
             Line(
-                f"The first trial, the host's first run on its GPU, was longer than the "
+                f"The first trial, the first the host ran (after its speed probe), was longer than the "
                 f"{len(later)} later ones in {len(slower)} of the {len(AB_TIMERS)} timers"
                 + (f" ({', '.join(slower)})" if slower else "")
                 + f"; it took {_s(trial_steps[0])} s a step against their {span(later_steps, '.2f')} s. "
