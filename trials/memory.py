@@ -8,11 +8,14 @@ every ``interval_s`` (default 50 ms) until exit; ``peak_gib`` is then the phase'
   from its own processes, which torch in this process cannot see; with tensor
   parallelism it spans several GPUs, each of which must fit) and this process's
   ``torch.cuda.max_memory_allocated`` (reset on entry).
-- ``cpu``: the sum of the RSS of this process and all its descendants (recursive),
-  minus a baseline: that sum on entry, or ``baseline_bytes`` when given (the runner
-  passes the trial's own, taken before the actor is built, so every phase's peak counts
-  what the trial holds on its 'device', as NVML does on a GPU). The baseline is kept
-  in ``baseline_gib``.
+- ``cpu``: the growth of this process and all its descendants (recursive) over a
+  baseline, process by process: each process's RSS over its own RSS in the baseline (one
+  that shrank counts nothing), a process started since counted whole, one of the baseline
+  that has exited counted not at all, so that an unrelated process ending mid-phase does
+  not hide the phase's growth. The baseline is the tree's RSS on entry, or ``baseline``
+  when given (the runner passes the trial's own, taken before the actor is built, so every
+  phase's peak counts what the trial holds on its 'device', as NVML does on a GPU); its
+  sum is kept in ``baseline_gib``.
 
 One sampler per phase; not reusable. Sampling errors (a child exiting mid-read) are
 skipped, never raised.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -61,26 +65,38 @@ def not_the_trials(pid: int, leaves: bool = False) -> None:
         _NOT_THE_TRIALS.add(pid)
 
 
-def process_tree_rss_bytes() -> int:
-    """RSS of this process plus all of its descendants, in bytes (those ``not_the_trials``
-    names and theirs left out).
+def process_tree_rss() -> dict[int, int]:
+    """RSS of this process and of each of its descendants, in bytes, by pid (those
+    ``not_the_trials`` names and theirs left out).
 
     Walks the tree down from this process through ``/proc/<pid>/task/<tid>/children``, so a
     sample reads the trial's own processes only (psutil's ``children`` reads the whole
     process table, a cost that grows with every process on the host, paid every sample).
     psutil's walk where the kernel lacks those files (``CONFIG_PROC_CHILDREN``)."""
     if not _CHILDREN_LISTED:
-        return _psutil_tree_rss_bytes()
-    total = 0
+        return _psutil_tree_rss()
+    out: dict[int, int] = {}
     todo = [os.getpid()]
     while todo:
         pid = todo.pop()
         rss = _rss_bytes(pid)
         if rss is None:  # gone mid-walk: neither it nor its children count
             continue
-        total += rss
+        out[pid] = rss
         todo.extend(child for child in _children(pid) if child not in _NOT_THE_TRIALS)
-    return total
+    return out
+
+
+def process_tree_rss_bytes() -> int:
+    """RSS of this process plus all of its descendants, in bytes (``process_tree_rss``)."""
+    return sum(process_tree_rss().values())
+
+
+def held_bytes(baseline: Mapping[int, int]) -> int:
+    """What the process tree holds beyond ``baseline`` (a ``process_tree_rss`` taken
+    earlier), process by process: each one's growth over its own baseline RSS, none below
+    zero, and a process started since counted whole."""
+    return sum(max(0, rss - baseline.get(pid, 0)) for pid, rss in process_tree_rss().items())
 
 
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -112,19 +128,19 @@ def _rss_bytes(pid: int) -> int | None:
         return None
 
 
-def _psutil_tree_rss_bytes() -> int:
+def _psutil_tree_rss() -> dict[int, int]:
     import psutil
 
     me = psutil.Process()
-    total = me.memory_info().rss
+    out = {me.pid: me.memory_info().rss}
     for child in me.children(recursive=True):
         try:
             if _NOT_THE_TRIALS and _not_the_trials(child):
                 continue
-            total += child.memory_info().rss
+            out[child.pid] = child.memory_info().rss
         except psutil.Error:
             continue
-    return total
+    return out
 
 
 def _not_the_trials(process: Any) -> bool:
@@ -204,13 +220,15 @@ def visible_gpu_tokens(pynvml, visible: str | None = None) -> list[str]:  # type
 class PeakMemorySampler:
     """Samples memory while a phase runs (see the module docstring for what is counted)."""
 
-    def __init__(self, device: str, interval_s: float = 0.05, baseline_bytes: int | None = None) -> None:
+    def __init__(
+        self, device: str, interval_s: float = 0.05, baseline: Mapping[int, int] | None = None
+    ) -> None:
         self.device = device
         self.interval_s = interval_s
         self.baseline_gib = 0.0
         self._peak_bytes = 0
-        self._baseline_bytes = 0
-        self._given_baseline = baseline_bytes
+        self._baseline: Mapping[int, int] = {}
+        self._given_baseline = baseline
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: NvmlProbe | None = None
@@ -224,8 +242,8 @@ class PeakMemorySampler:
             self._start_cuda()
         else:
             given = self._given_baseline
-            self._baseline_bytes = process_tree_rss_bytes() if given is None else given
-            self.baseline_gib = self._baseline_bytes / GIB
+            self._baseline = process_tree_rss() if given is None else given
+            self.baseline_gib = sum(self._baseline.values()) / GIB
         self._sample()
         self._thread = threading.Thread(target=self._run, name="peak-memory", daemon=True)
         self._thread.start()
@@ -266,7 +284,7 @@ class PeakMemorySampler:
 
     def _read(self) -> int:
         if self.device != "cuda":
-            return max(0, process_tree_rss_bytes() - self._baseline_bytes)
+            return held_bytes(self._baseline)
         import torch
 
         used = self._nvml.used_bytes() if self._nvml is not None else 0

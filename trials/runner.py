@@ -77,7 +77,7 @@ from trials.memory import (
     PeakMemorySampler,
     gpu_readings,
     gpu_total_gib,
-    process_tree_rss_bytes,
+    process_tree_rss,
 )
 from trials.memory_cap import device_memory_cap
 from trials.metrics import PEAK_MEMORY
@@ -215,7 +215,7 @@ class _Trial:
         self.actor: Any = None  # trials.actor_state.ActorState (imports torch)
         self.world: Any = None  # trials.distributed.ActorWorld, or None: a plain actor
         self.peaks: list[float] = []
-        self.baseline_bytes: int | None = None
+        self.baseline: dict[int, int] | None = None  # on CPU: the tree's RSS before the actor
         self.rollout = "rollout" in spec.phases
         self.train = "train" in spec.phases
         # The actor's sub-phases run (not with engine_side_only: the actor is built, not trained).
@@ -293,7 +293,7 @@ class _Trial:
 
                     self.world = stack.enter_context(actor_world(spec.device, spec.n_gpus, self.group))
         if spec.device == "cpu":
-            self.baseline_bytes = process_tree_rss_bytes()
+            self.baseline = process_tree_rss()
 
     def startup(self) -> None:
         if self.train:
@@ -581,7 +581,7 @@ class _Trial:
     @contextmanager
     def sampled(self, name: str) -> Iterator[None]:
         """Sample the device's peak memory while the block runs, as ``<name>_peak_memory_gib``."""
-        sampler = PeakMemorySampler(self.spec.device, baseline_bytes=self.baseline_bytes)
+        sampler = PeakMemorySampler(self.spec.device, baseline=self.baseline)
         try:
             with sampler:
                 yield
