@@ -139,6 +139,18 @@ def _update_cpu(verl: dict[str, Any]) -> float:
     return statistics.mean(threads)
 
 
+def _speeds(data: dict[str, Any]) -> str:
+    """The host's speed before the first run and after the last, as measured."""
+    said = [
+        f"{speed:.2f} us per small op {when}"
+        for key, when in (("start", "before the first run"), ("end", "after the last"))
+        if (speed := _speed(data, key)) is not None
+    ]
+    return (
+        f" The host drove its GPU at {' and '.join(said)} (`benchmarks/gpu/host_speed.py`)." if said else ""
+    )
+
+
 def verl_interleaved(rel: str = VERL_INTERLEAVED_H100) -> list[Line]:
     """The trial and verl's defaults of one config, round after round on one host (``verl_compare
     --rounds N`` without ``--skip-trial``): each run's step and phases, both sides' run-to-run
@@ -175,7 +187,11 @@ def verl_interleaved(rel: str = VERL_INTERLEAVED_H100) -> list[Line]:
     trial_steps = [trial_timer(t, STEP) for t in trials]
     verl_steps_ = [verl_median(v, STEP) for v in verls]
     if not trial_steps or not verl_steps_:
-        return lines + [Line("No round finished both a trial and a verl run.", (rel,)), generated_from(rel)]
+        return lines + [
+            Line("No round finished both a trial and a verl run.", (rel,)),
+            Line(""),
+            generated_from(rel),
+        ]
     trial_mid, verl_mid = statistics.median(trial_steps), statistics.median(verl_steps_)
     trial_spread, verl_spread_ = spread_pct(trial_steps), spread_pct(verl_steps_)
     offset = 100 * (trial_mid / verl_mid - 1)
@@ -243,8 +259,7 @@ def verl_interleaved(rel: str = VERL_INTERLEAVED_H100) -> list[Line]:
                 if min(verl_threads) > max(trial_threads)
                 else "."
             )
-            + f" The host drove its GPU at {_speed(data, 'start'):.2f} us per small op before the "
-            f"first run and {_speed(data, 'end'):.2f} us after the last (`benchmarks/gpu/host_speed.py`).",
+            + _speeds(data),
             (rel,),
         ),
     ]

@@ -311,3 +311,5 @@ def test_trial_and_verl_interleaved_tie_inside_the_wider_sides_spread(monkeypatc
 
     alone = rendered(one_verl)
     assert "one run on a side gives no run-to-run spread: no claim" in alone and "a tie" not in alone
+    unprobed = rendered(lambda doc: doc["host_speed"].pop("end"))  # the host's release came first
+    assert "8.04 us per small op before the first run (`benchmarks/gpu/host_speed.py`)" in unprobed
