@@ -86,13 +86,14 @@ def test_a_python_that_cannot_start_is_named(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_missing_checkpoint_is_written_before_the_runs_deadline(tmp_path: Path) -> None:
-    """The first run writes the checkpoint, then verl gets its whole deadline (on CPU verl
-    never finishes a step: the deadline ends it); a later run finds it cached."""
+    """The first run writes the checkpoint under a deadline of its own, then verl gets its
+    whole deadline (on CPU verl never finishes a step: the deadline ends it); a later run
+    finds it cached."""
     python = verl_python()
     _, run = job_run_spec(DEMO, "demo-checkpoint")
     cache = tmp_path / "cache"
     timeout_s = 20.0
-    first = launch_verl(run, timeout_s, cache, python=python)
+    first = launch_verl(run, timeout_s, cache, python=python, checkpoint_timeout_s=300.0)
     assert first.error_type == "VerlTimeout", first.error_message
     assert first.checkpoint_s > 0
     assert first.wall_s >= first.checkpoint_s + timeout_s

@@ -2,9 +2,9 @@
 
 The run's random checkpoint (``trials.verl.checkpoint``), written once per model and cache
 folder, is written first when it is missing (``python -m trials.verl checkpoint``, under
-a deadline of its own): ``timeout_s`` bounds verl's run, not that write, which on a 7B
-model is minutes of a host's first run only. ``VerlRunResult.checkpoint_s`` says what it
-took.
+a deadline of its own, ``checkpoint_timeout_s``, by default as long as the run's):
+``timeout_s`` bounds verl's run, not that write, which on a 7B model is minutes of a host's
+first run only. ``VerlRunResult.checkpoint_s`` says what it took.
 
 The runner (``python -m trials.verl run``) starts in a new process session with verl's
 Python; verl's trainer and the Ray it starts are its children. At the deadline, or when
@@ -49,13 +49,16 @@ def launch_verl(
     env: dict[str, str] | None = None,
     grace_s: float = 10.0,
     command: str = "run",
+    checkpoint_timeout_s: float | None = None,
 ) -> VerlRunResult:
     """Run ``spec`` in verl with ``python`` (verl's environment), killed after ``timeout_s``
-    (its checkpoint, when it is not cached yet, written first under a deadline of its own)."""
+    (its checkpoint, when it is not cached yet, written first under a deadline of its own:
+    ``checkpoint_timeout_s``, default ``timeout_s``)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"verl-{spec.run_id}-"))
     ray_temp = Path(tempfile.mkdtemp(prefix="vr-", dir="/tmp"))  # short: Ray's socket paths
     try:
-        return _launch(spec, timeout_s, cache_dir, python, env or {}, grace_s, workdir, ray_temp, command)
+        deadlines = (timeout_s, timeout_s if checkpoint_timeout_s is None else checkpoint_timeout_s)
+        return _launch(spec, deadlines, cache_dir, python, env or {}, grace_s, workdir, ray_temp, command)
     finally:
         sweep_ray(ray_temp)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -64,7 +67,7 @@ def launch_verl(
 
 def _launch(
     spec: VerlRunSpec,
-    timeout_s: float,
+    deadlines: tuple[float, float],  # the run's, the checkpoint's
     cache_dir: Path,
     python: str,
     extra_env: dict[str, str],
@@ -73,6 +76,7 @@ def _launch(
     ray_temp: Path,
     command: str,
 ) -> VerlRunResult:
+    timeout_s, checkpoint_timeout_s = deadlines
     spec_path, out_path = workdir / "spec.json", workdir / "result.json"
     spec_path.write_text(spec.to_json())
     root = str(Path(__file__).resolve().parents[2])
@@ -84,14 +88,16 @@ def _launch(
     if not cached.exists():
         cmd = [python, "-m", "trials.verl", "checkpoint", "--spec", str(spec_path)]
         cmd += ["--cache-dir", str(cache_dir)]
-        ended = _run_session(cmd, timeout_s, child_env, workdir, "checkpoint.log", ray_temp, grace_s)
+        ended = _run_session(
+            cmd, checkpoint_timeout_s, child_env, workdir, "checkpoint.log", ray_temp, grace_s
+        )
         checkpoint_s = time.monotonic() - start
         if ended == LAUNCH_FAILED:
             return _launch_error(spec, python, workdir / "checkpoint.log")
         if ended != 0:
             return VerlRunResult(
                 spec.run_id, "timeout" if ended is None else "error", error_type="VerlCheckpointError",
-                error_message=f"the run's random checkpoint was not written within {timeout_s:g} s"
+                error_message=f"the run's random checkpoint was not written within {checkpoint_timeout_s:g} s"
                 if ended is None else f"writing the run's random checkpoint exited with {ended}",
                 wall_s=checkpoint_s, checkpoint_s=checkpoint_s,
                 log_tail=_read(workdir / "checkpoint.log")[-12_000:],
