@@ -308,13 +308,15 @@ def left(grid: list[dict[str, Any]], landscape: Landscape, repeats: int, base: d
         f"; about {cost:,.0f} {unit}-seconds ({cost / 3600:.1f} {unit}-hours) at the median "
         f"wall time of each kind so far ({times})"
     )
-    first_sides, first_whole, first_cost = todo(1)
-    if repeats > 1 and first_sides + first_whole:
-        text += (
-            f". Of them, {first_sides + first_whole} ({first_sides} engine sides, {first_whole} whole"
-            + (f", about {first_cost:,.0f} {unit}-seconds" if first_cost is not None else "")
-            + ") give every config its first run, all a first composition needs"
-        )
+    if repeats > 1:
+        # the first runs are some of the runs left, so their kinds are timed too
+        first_sides, first_whole, first_cost = todo(1)
+        if first_sides + first_whole:
+            text += (
+                f". Of them, {first_sides + first_whole} ({first_sides} engine sides, {first_whole} "
+                f"whole, about {first_cost or 0.0:,.0f} {unit}-seconds) give every config its first "
+                "run, all a first composition needs"
+            )
     return text
 
 
