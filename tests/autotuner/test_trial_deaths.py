@@ -301,14 +301,15 @@ def test_a_killed_and_a_hung_trial_are_recorded_and_the_job_goes_on(
 @pytest.mark.timeout(3 * DEADLINE_S)
 def test_a_killed_engine_process_is_an_error_naming_it(tmp_path, ray_local, trial_processes) -> None:
     # vLLM's EngineCore is SIGKILLed as the rollout starts: without the engine watch the
-    # trial would block until its deadline and pass for a timeout. Four samples per prompt
-    # make the rollout waves of 4-8 requests long enough for the kill to land in it on a
-    # loaded machine (one wave of 8 could finish before the watcher sees the phase).
+    # trial would block until its deadline and pass for a timeout. Sixteen samples per prompt
+    # make the rollout, in waves of 4-8 requests, long enough for the kill to land in it on a
+    # loaded machine: with four, a rollout in waves of 8 took 1.7 s on a loaded 2-core
+    # machine and ended before the kill, which then met the engine's shutdown.
     spec = {
         "name": "engine-death",
         "workload": {
             **WORKLOAD,
-            "n": 4,
+            "n": 16,
             "phases": "rollout",
             "response_length": {"kind": "fixed", "value": 256},
             "max_response_length": 256,
